@@ -1,0 +1,125 @@
+"""The `xce-agent` command: the only place where errors become messages and exit codes.
+
+Exit codes: 0 ok; 1 runtime failure; 2 usage; 3 `status` found no state; 78 (EX_CONFIG)
+config error, so a systemd unit with RestartPreventExitStatus=78 does not loop on it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from xce_agent import __version__
+from xce_agent.config import AgentConfig, config_path, load_config
+from xce_agent.errors import ConfigError, StateError
+
+EX_CONFIG = 78
+EX_NOSTATE = 3
+
+config_option = click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    help="Agent config (default: $XCE_AGENT_CONFIG, else /etc/xce/agent.yaml).",
+)
+
+
+def _fail_config(exc: ConfigError) -> None:
+    for problem in exc.problems:
+        click.echo(f"xce-agent: {problem}", err=True)
+    sys.exit(EX_CONFIG)
+
+
+def _load(config_file: str | None) -> AgentConfig:
+    try:
+        return load_config(config_path(config_file))
+    except ConfigError as exc:
+        _fail_config(exc)
+        raise  # unreachable: _fail_config exits
+
+
+@click.group()
+@click.version_option(__version__, prog_name="xce-agent")
+def main() -> None:
+    """Node agent of elastic XCE hosts: joins the controller, supervises the worker."""
+
+
+@main.command()
+@config_option
+def validate(config_file: str | None) -> None:
+    """Check the config; print every problem, one per line, or "ok"."""
+    path = config_path(config_file)
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(problem)
+        sys.exit(EX_CONFIG)
+    click.echo(f"{path}: ok")
+
+
+@main.command()
+@config_option
+def run(config_file: str | None) -> None:
+    """Run the agent in the foreground (what the systemd unit starts)."""
+    from xce_agent.logsetup import configure
+
+    config = _load(config_file)
+    configure(config.log_level)
+    from xce_agent.agent import Agent
+    from xce_agent.notify import SystemdNotifier
+
+    try:
+        code = Agent(config, SystemdNotifier()).run()
+    except StateError as exc:
+        click.echo(f"xce-agent: {exc}", err=True)
+        sys.exit(1)
+    sys.exit(code)
+
+
+@main.command()
+@config_option
+@click.option("--state-dir", type=click.Path(path_type=Path), help="Read state from here.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(config_file: str | None, state_dir: Path | None, as_json: bool) -> None:
+    """Show the agent's state: lifecycle, components, controller contact."""
+    from xce_agent.state import StateStore
+    from xce_agent.status_view import render_status
+
+    directory = state_dir or _load(config_file).state_directory
+    try:
+        state = StateStore(directory).read_only()
+    except StateError as exc:
+        click.echo(f"xce-agent: {exc}", err=True)
+        sys.exit(1)
+    if state is None:
+        click.echo(f"xce-agent: no state in {directory}: the agent has not run here", err=True)
+        sys.exit(EX_NOSTATE)
+    if as_json:
+        click.echo(json.dumps(state.to_json(), indent=2, sort_keys=True))
+    else:
+        click.echo(render_status(state, time.time()))
+
+
+@main.command()
+@config_option
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait.")
+def stop(config_file: str | None, timeout: float) -> None:
+    """Stop every component gracefully, then the agent (a restart keeps them running)."""
+    from xce_agent.agent import send_stop
+    from xce_agent.state import StateStore
+
+    config = _load(config_file)
+    try:
+        stopped = send_stop(StateStore(config.state_directory), timeout)
+    except StateError as exc:
+        click.echo(f"xce-agent: {exc}", err=True)
+        sys.exit(1)
+    if not stopped:
+        click.echo("xce-agent: no running agent found, or it did not stop in time", err=True)
+        sys.exit(1)
+    click.echo("xce-agent: components stopped, agent exited")

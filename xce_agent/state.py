@@ -1,0 +1,171 @@
+"""The agent's local state: versioned JSON in the state directory, written atomically.
+
+What a restarted agent needs to re-adopt its components, what `xce-agent status` shows,
+and the decommission tombstone. A corrupt file is moved aside, never trusted or fatal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xce_agent.errors import StateError
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+STATE_FILE = "state.json"
+
+
+@dataclass(frozen=True)
+class ComponentRecord:
+    name: str
+    role: str
+    phase: str
+    pid: int | None = None
+    identity: dict[str, Any] | None = None  # ProcessIdentity.to_json()
+    restarts: int = 0
+    last_exit: str | None = None
+    reason: str = ""
+    since: float = 0.0  # wall-clock time of the last phase change
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """This instance was decommissioned: its worker must never run again."""
+
+    instance_id: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class AgentRecord:
+    pid: int
+    create_time: float
+    boot_id: str
+    started_at: float
+    config: str
+
+
+@dataclass(frozen=True)
+class ControllerContact:
+    state: str = "not configured"  # not configured | waiting | connected | unreachable | ...
+    since: float = 0.0
+    host: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class AgentState:
+    lifecycle: str = "starting"
+    instance_id: str = ""
+    roles: tuple[str, ...] = ()
+    agent: AgentRecord | None = None
+    components: tuple[ComponentRecord, ...] = ()
+    controller: ControllerContact = field(default_factory=ControllerContact)
+    tombstone: Tombstone | None = None
+    updated_at: float = 0.0
+
+    def component(self, name: str) -> ComponentRecord | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version"] = STATE_VERSION
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> AgentState:
+        """Rebuild from JSON; ValueError for anything that is not a state of our version."""
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise ValueError(f"expected a state of version {STATE_VERSION}")
+        try:
+            agent = AgentRecord(**data["agent"]) if data.get("agent") else None
+            tomb = Tombstone(**data["tombstone"]) if data.get("tombstone") else None
+            comps = tuple(ComponentRecord(**c) for c in data.get("components", []))
+            contact = ControllerContact(**data.get("controller", {}))
+            return cls(
+                lifecycle=str(data["lifecycle"]),
+                instance_id=str(data.get("instance_id", "")),
+                roles=tuple(data.get("roles", ())),
+                agent=agent,
+                components=comps,
+                controller=contact,
+                tombstone=tomb,
+                updated_at=float(data.get("updated_at", 0.0)),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed state: {exc}") from None
+
+
+class StateStore:
+    """Reads and atomically replaces `state.json` in one directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / STATE_FILE
+
+    def ensure_directory(self) -> None:
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            msg = f"{self.directory}: cannot create state directory: {exc.strerror}"
+            raise StateError(msg) from None
+
+    def load(self) -> AgentState | None:
+        """The saved state; None if there is none or it was corrupt (then moved aside)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StateError(f"{self.path}: cannot read: {exc.strerror}") from None
+        try:
+            return AgentState.from_json(json.loads(raw.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError) as exc:
+            aside = self.path.with_name(f"{STATE_FILE}.corrupt-{int(time.time())}")
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
+            log.error("%s: corrupt state moved aside to %s (%s)", self.path, aside.name, exc)
+            return None
+
+    def read_only(self) -> AgentState | None:
+        """Like load, but never moves a file (for `status`, which may not own the state)."""
+        try:
+            return AgentState.from_json(json.loads(self.path.read_bytes().decode("utf-8")))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise StateError(f"{self.path}: unreadable state: {exc}") from None
+
+    def save(self, state: AgentState) -> None:
+        write_atomic(self.path, json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+    """Temp file in the same directory, fsync, rename over, fsync the directory."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -1,0 +1,351 @@
+"""The per-component lifecycle as a pure state machine.
+
+`step(spec, state, event, now, rand)` returns the next state and the actions the I/O layer
+must carry out. It never reads a clock, touches a process or draws a random number: `now`
+(monotonic seconds) and `rand` (uniform in [0, 1)) come in with the event, so tests can
+drive whole timelines with a fake clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass, replace
+from typing import Union
+
+from xce_agent.supervision.backoff import is_crash_loop, recent_starts, restart_delay
+from xce_agent.supervision.spec import ComponentSpec, RestartPolicy
+
+
+class Phase(enum.Enum):
+    STOPPED = "stopped"  # not running and not wanted
+    STARTING = "starting"  # spawn requested, pid not known yet
+    RUNNING = "running"
+    BACKOFF = "backoff"  # waiting to restart
+    STOPPING = "stopping"  # stop signal sent, waiting for the exit
+    EXITED = "exited"  # exited and the restart policy says leave it
+    FATAL = "fatal"  # crash loop or cannot start: given up until started again
+    HELD = "held"  # exited with a "decommissioned" code: the owner decides what next
+
+
+# --- events -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    reason: str = "requested"
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str = "requested"
+
+
+@dataclass(frozen=True)
+class Spawned:
+    pid: int
+
+
+@dataclass(frozen=True)
+class SpawnFailed:
+    error: str
+
+
+@dataclass(frozen=True)
+class Adopted:
+    pid: int
+    started_at: float  # monotonic time the process started, as far as it can be known
+
+
+@dataclass(frozen=True)
+class Exited:
+    code: int | None  # None when killed by a signal or when the status is unknown
+    signal: int | None = None
+    pid: int | None = None  # which process; an exit of a process no longer tracked is ignored
+
+
+@dataclass(frozen=True)
+class Timer:
+    """Time passed; sent when `next_deadline` is reached."""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    ok: bool
+    detail: str = ""
+
+
+Event = Union[Start, Stop, Spawned, SpawnFailed, Adopted, Exited, Timer, ProbeResult]
+
+# --- actions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spawn:
+    pass
+
+
+@dataclass(frozen=True)
+class SignalGroup:
+    pid: int
+    signal: int
+
+
+@dataclass(frozen=True)
+class RunProbe:
+    pass
+
+
+@dataclass(frozen=True)
+class DecommissionExit:
+    code: int
+
+
+Action = Union[Spawn, SignalGroup, RunProbe, DecommissionExit]
+
+# --- state ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    code: int | None
+    signal: int | None
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.code != 0
+
+    def describe(self) -> str:
+        if self.error:
+            return f"failed to start: {self.error}"
+        if self.signal is not None:
+            try:
+                return f"killed by {signal.Signals(self.signal).name}"
+            except ValueError:
+                return f"killed by signal {self.signal}"
+        if self.code is None:
+            return "exited (status unknown: adopted process)"
+        return f"exited with code {self.code}"
+
+
+@dataclass(frozen=True)
+class ComponentState:
+    phase: Phase = Phase.STOPPED
+    wanted: bool = False
+    pid: int | None = None
+    started_at: float | None = None
+    deadline: float | None = None  # backoff end, or when to escalate a stop to SIGKILL
+    killed: bool = False
+    restart_after_stop: bool = False
+    rapid_exits: int = 0
+    restarts: int = 0
+    starts: tuple[float, ...] = ()
+    last_exit: ExitInfo | None = None
+    probe_next: float | None = None
+    probe_running: bool = False
+    probe_failures: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Transition:
+    state: ComponentState
+    actions: tuple[Action, ...] = ()
+
+
+def next_deadline(state: ComponentState) -> float | None:
+    """When the owner must send Timer next, or None."""
+    times = [state.deadline] if state.deadline is not None else []
+    if state.phase is Phase.RUNNING and state.probe_next is not None and not state.probe_running:
+        times.append(state.probe_next)
+    return min(times) if times else None
+
+
+def step(
+    spec: ComponentSpec, state: ComponentState, event: Event, now: float, rand: float = 0.5
+) -> Transition:
+    """Apply one event at time `now`."""
+    if isinstance(event, Start):
+        return _start(state, now, event.reason)
+    if isinstance(event, Stop):
+        return _stop(spec, state, now, event.reason)
+    if isinstance(event, Spawned):
+        return _spawned(spec, state, event.pid, now)
+    if isinstance(event, Adopted):
+        return _adopted(spec, state, event, now)
+    if isinstance(event, SpawnFailed):
+        failed = replace(state, last_exit=ExitInfo(None, None, event.error), pid=None)
+        return _after_exit(spec, failed, now, rand, started=now)
+    if isinstance(event, Exited):
+        return _exited(spec, state, event, now, rand)
+    if isinstance(event, ProbeResult):
+        return _probe_result(spec, state, event, now)
+    return _timer(spec, state, now)
+
+
+def _start(state: ComponentState, now: float, reason: str) -> Transition:
+    if state.phase in (Phase.RUNNING, Phase.STARTING):
+        return Transition(replace(state, wanted=True))
+    if state.phase is Phase.STOPPING:
+        return Transition(replace(state, wanted=True, restart_after_stop=True))
+    fresh = replace(state, wanted=True, rapid_exits=0, starts=(), deadline=None)
+    if state.phase is Phase.BACKOFF:
+        fresh = replace(fresh, rapid_exits=state.rapid_exits, starts=state.starts)
+    return Transition(replace(fresh, phase=Phase.STARTING, reason=reason), (Spawn(),))
+
+
+def _stop(spec: ComponentSpec, state: ComponentState, now: float, reason: str) -> Transition:
+    if state.phase is Phase.RUNNING and state.pid is not None:
+        stopping = replace(
+            state,
+            phase=Phase.STOPPING,
+            wanted=False,
+            deadline=now + spec.stop_timeout,
+            killed=False,
+            restart_after_stop=False,
+            probe_next=None,
+            reason=reason,
+        )
+        return Transition(stopping, (SignalGroup(state.pid, spec.stop_signal),))
+    if state.phase is Phase.STOPPING:
+        return Transition(replace(state, wanted=False, restart_after_stop=False, reason=reason))
+    if state.phase is Phase.STARTING:
+        return Transition(replace(state, wanted=False, reason=reason))
+    if state.phase is Phase.BACKOFF:
+        return Transition(
+            replace(state, phase=Phase.STOPPED, wanted=False, deadline=None, reason=reason)
+        )
+    return Transition(replace(state, wanted=False))
+
+
+def _running(
+    spec: ComponentSpec, state: ComponentState, pid: int, started: float
+) -> ComponentState:
+    probe_next = started + spec.liveness.initial_delay if spec.liveness else None
+    return replace(
+        state,
+        phase=Phase.RUNNING,
+        pid=pid,
+        started_at=started,
+        deadline=None,
+        killed=False,
+        probe_next=probe_next,
+        probe_running=False,
+        probe_failures=0,
+        reason="",
+    )
+
+
+def _spawned(spec: ComponentSpec, state: ComponentState, pid: int, now: float) -> Transition:
+    first = not state.starts and state.restarts == 0 and state.last_exit is None
+    running = _running(spec, state, pid, now)
+    running = replace(
+        running,
+        starts=(*recent_starts(state.starts, now, spec.restart.give_up_window), now),
+        restarts=state.restarts if first else state.restarts + 1,
+    )
+    if not state.wanted:
+        return _stop(spec, running, now, "stop requested while starting")
+    return Transition(running)
+
+
+def _adopted(spec: ComponentSpec, state: ComponentState, event: Adopted, now: float) -> Transition:
+    running = _running(spec, replace(state, wanted=True), event.pid, event.started_at)
+    if spec.liveness is not None:
+        running = replace(running, probe_next=max(now, running.probe_next or now))
+    return Transition(replace(running, reason="adopted after agent restart"))
+
+
+def _exited(
+    spec: ComponentSpec, state: ComponentState, event: Exited, now: float, rand: float
+) -> Transition:
+    if state.phase not in (Phase.RUNNING, Phase.STOPPING) or state.pid is None:
+        return Transition(state)
+    if event.pid is not None and event.pid != state.pid:
+        return Transition(state)
+    info = ExitInfo(event.code, event.signal)
+    cleanup: tuple[Action, ...] = (SignalGroup(state.pid, signal.SIGKILL),)
+    exited = replace(state, last_exit=info, pid=None, probe_next=None, probe_running=False)
+    if state.phase is Phase.STOPPING and not state.restart_after_stop:
+        stopped = replace(exited, phase=Phase.STOPPED, deadline=None, killed=False)
+        return Transition(stopped, cleanup)
+    if event.code is not None and event.code in spec.decommission_exit_codes:
+        held = replace(exited, phase=Phase.HELD, deadline=None, reason=info.describe())
+        return Transition(held, (*cleanup, DecommissionExit(event.code)))
+    started = state.started_at if state.started_at is not None else now
+    result = _after_exit(spec, exited, now, rand, started)
+    return Transition(result.state, cleanup + result.actions)
+
+
+def _after_exit(
+    spec: ComponentSpec, state: ComponentState, now: float, rand: float, started: float
+) -> Transition:
+    policy = spec.restart.policy
+    info = state.last_exit
+    restart = state.wanted and (
+        state.restart_after_stop
+        or policy is RestartPolicy.ALWAYS
+        or (policy is RestartPolicy.ON_FAILURE and info is not None and info.failed)
+    )
+    base = replace(
+        state,
+        deadline=None,
+        killed=False,
+        restart_after_stop=False,
+        reason=info.describe() if info else "",
+    )
+    if not restart:
+        reason = info.describe() if info else ""
+        return Transition(replace(base, phase=Phase.EXITED, reason=reason))
+    rapid = 0 if now - started >= spec.restart.reset_after else state.rapid_exits
+    rapid += 1
+    if is_crash_loop(spec.restart, state.starts, now):
+        window = spec.restart.give_up_window
+        reason = f"crash loop: {spec.restart.give_up_starts} starts within {window:g}s"
+        return Transition(replace(base, phase=Phase.FATAL, rapid_exits=rapid, reason=reason))
+    delay = restart_delay(spec.restart, rapid, rand)
+    if delay <= 0:
+        return Transition(replace(base, phase=Phase.STARTING, rapid_exits=rapid), (Spawn(),))
+    backoff = replace(base, phase=Phase.BACKOFF, rapid_exits=rapid, deadline=now + delay)
+    return Transition(replace(backoff, reason=f"{base.reason}; restart in {delay:.2f}s"))
+
+
+def _probe_result(
+    spec: ComponentSpec, state: ComponentState, event: ProbeResult, now: float
+) -> Transition:
+    if state.phase is not Phase.RUNNING or spec.liveness is None:
+        return Transition(replace(state, probe_running=False))
+    probe = spec.liveness
+    failures = 0 if event.ok else state.probe_failures + 1
+    updated = replace(
+        state, probe_running=False, probe_failures=failures, probe_next=now + probe.period
+    )
+    if failures < probe.failure_threshold:
+        return Transition(updated)
+    reason = f"liveness probe failed {failures} times: {event.detail}".rstrip(": ")
+    stopped = _stop(spec, updated, now, reason)
+    return Transition(replace(stopped.state, restart_after_stop=True, wanted=True), stopped.actions)
+
+
+def _timer(spec: ComponentSpec, state: ComponentState, now: float) -> Transition:
+    if state.phase is Phase.BACKOFF and state.deadline is not None and now >= state.deadline:
+        return Transition(replace(state, phase=Phase.STARTING, deadline=None), (Spawn(),))
+    if (
+        state.phase is Phase.STOPPING
+        and state.deadline is not None
+        and now >= state.deadline
+        and state.pid is not None
+    ):
+        # Escalate once; after SIGKILL only the exit is awaited.
+        return Transition(
+            replace(state, killed=True, deadline=None), (SignalGroup(state.pid, signal.SIGKILL),)
+        )
+    if (
+        state.phase is Phase.RUNNING
+        and state.probe_next is not None
+        and now >= state.probe_next
+        and not state.probe_running
+    ):
+        return Transition(replace(state, probe_running=True), (RunProbe(),))
+    return Transition(state)

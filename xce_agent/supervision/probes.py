@@ -1,0 +1,67 @@
+"""Liveness probes: exec, TCP and HTTP checks, each bounded by the probe's timeout.
+
+A probe runs on a short-lived thread so a slow check never blocks the event loop; its
+result goes back to the loop as a ProbeResult event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+
+from xce_agent.supervision.spec import ProbeKind, ProbeSpec
+
+
+def run_probe(probe: ProbeSpec) -> tuple[bool, str]:
+    """(ok, detail) for one probe attempt."""
+    try:
+        if probe.kind is ProbeKind.EXEC:
+            return _exec(probe)
+        if probe.kind is ProbeKind.TCP:
+            return _tcp(probe)
+        return _http(probe)
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+def _exec(probe: ProbeSpec) -> tuple[bool, str]:
+    proc = subprocess.Popen(
+        list(probe.command),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        code = proc.wait(timeout=probe.timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False, f"exec probe timed out after {probe.timeout:g}s"
+    return code == 0, f"exec probe exited with code {code}"
+
+
+def _tcp(probe: ProbeSpec) -> tuple[bool, str]:
+    try:
+        with socket.create_connection((probe.host, probe.port), timeout=probe.timeout):
+            return True, "tcp connect ok"
+    except OSError as exc:
+        return False, f"tcp connect to {probe.host}:{probe.port} failed: {exc.strerror or exc}"
+
+
+def _http(probe: ProbeSpec) -> tuple[bool, str]:
+    request = urllib.request.Request(probe.url, method="GET")  # noqa: S310 - http(s) checked
+    try:
+        with urllib.request.urlopen(request, timeout=probe.timeout) as response:  # noqa: S310
+            status = int(response.status)
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"http probe failed: {getattr(exc, 'reason', exc)}"
+    return 200 <= status < 400, f"http probe got status {status}"

@@ -1,0 +1,74 @@
+"""What to run and how to keep it running: immutable descriptions built from config."""
+
+from __future__ import annotations
+
+import enum
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class RestartPolicy(enum.Enum):
+    ALWAYS = "always"
+    ON_FAILURE = "on-failure"
+    NEVER = "never"
+
+
+class ProbeKind(enum.Enum):
+    EXEC = "exec"
+    TCP = "tcp"
+    HTTP = "http"
+
+
+@dataclass(frozen=True)
+class RestartSpec:
+    """Restart policy with capped exponential backoff.
+
+    The first restart after a failure waits `initial_delay` (may be 0); the k-th consecutive
+    one waits `delay * multiplier**(k-2)`, capped at `max_delay`, each spread by +/- `jitter`.
+    The count resets once the process stayed up `reset_after`. `give_up_starts` starts within
+    `give_up_window` means a crash loop: the component goes FATAL and is left alone.
+    """
+
+    policy: RestartPolicy = RestartPolicy.ALWAYS
+    initial_delay: float = 0.0
+    delay: float = 1.0
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.1
+    reset_after: float = 30.0
+    give_up_starts: int = 10
+    give_up_window: float = 300.0
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """A liveness probe: `failure_threshold` failures in a row restart the component."""
+
+    kind: ProbeKind
+    command: tuple[str, ...] = ()
+    host: str = ""
+    port: int = 0
+    url: str = ""
+    initial_delay: float = 10.0
+    period: float = 10.0
+    timeout: float = 2.0
+    failure_threshold: int = 3
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One supervised program."""
+
+    name: str
+    command: tuple[str, ...]
+    role: str = ""
+    user: str | None = None
+    group: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    working_directory: str | None = None
+    stop_signal: int = int(signal.SIGTERM)
+    stop_timeout: float = 10.0
+    restart: RestartSpec = field(default_factory=RestartSpec)
+    liveness: ProbeSpec | None = None
+    decommission_exit_codes: frozenset[int] = frozenset()

@@ -1,0 +1,269 @@
+"""Collect every problem of a YAML document, one line each, with path, expectation and line.
+
+The agent's and the controller's configs are both checked with this: a checker walks the
+document, each getter records a problem instead of raising, and the caller reports them all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from xce_agent.yamlsource import LineDict, LineList
+
+_MISSING = object()
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def describe(value: object) -> str:
+    """How a bad value is shown in a message: short, typed, never a secret."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def join_path(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+class Checker:
+    """Walks a document and collects `path: expected X, got Y (file line N)` lines."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.problems: list[str] = []
+
+    def report(self, path: str, expected: str, got: str, line: int) -> None:
+        where = f" ({self.origin} line {line})" if line else f" ({self.origin})"
+        self.problems.append(f"{path}: expected {expected}, got {got}{where}")
+
+    def line_of(self, parent: LineDict, key: str) -> int:
+        return parent.key_lines.get(key, parent.line)
+
+    def allowed_keys(self, node: LineDict, path: str, allowed: Iterable[str]) -> None:
+        names = sorted(allowed)
+        for key in node:
+            if key not in names:
+                self.report(
+                    join_path(path, key),
+                    f"one of the keys {', '.join(names)}",
+                    f"unknown key {str(key)!r}",
+                    node.key_lines.get(key, node.line),
+                )
+
+    def _get(self, parent: LineDict, key: str, path: str, expected: str, required: bool) -> Any:
+        if key not in parent:
+            if required:
+                self.report(join_path(path, key), expected, "nothing", parent.line)
+            return _MISSING
+        return parent[key]
+
+    def mapping(
+        self, parent: LineDict, key: str, path: str, required: bool = True
+    ) -> LineDict | None:
+        value = self._get(parent, key, path, "a mapping", required)
+        if value is _MISSING:
+            return None
+        if not isinstance(value, LineDict):
+            self.report(
+                join_path(path, key), "a mapping", describe(value), self.line_of(parent, key)
+            )
+            return None
+        return value
+
+    def string(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        required: bool = True,
+        default: str | None = None,
+        pattern: re.Pattern[str] | None = None,
+        expected: str = "a non-empty string",
+    ) -> str | None:
+        value = self._get(parent, key, path, expected, required)
+        if value is _MISSING:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
+            return None
+        text = str(value)
+        if not text.strip() or (pattern is not None and not pattern.match(text)):
+            self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
+            return None
+        return text
+
+    def integer(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: int | None = None,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        required: bool = False,
+    ) -> int | None:
+        expected = _range_text("an integer", minimum, maximum)
+        value = self._get(parent, key, path, expected, required)
+        if value is _MISSING:
+            return default
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and minimum is not None and value < minimum:
+            ok = False
+        if ok and maximum is not None and value > maximum:
+            ok = False
+        if not ok:
+            self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
+            return None
+        return int(value)
+
+    def number(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: float | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        required: bool = False,
+    ) -> float | None:
+        expected = _range_text("a number", minimum, maximum)
+        value = self._get(parent, key, path, expected, required)
+        if value is _MISSING:
+            return default
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and minimum is not None and value < minimum:
+            ok = False
+        if ok and maximum is not None and value > maximum:
+            ok = False
+        if not ok:
+            self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
+            return None
+        return float(value)
+
+    def duration(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: float | None = None,
+        minimum: float = 0.0,
+        positive: bool = False,
+        required: bool = False,
+    ) -> float | None:
+        """Seconds, given as a number or as '500ms', '30s', '5m', '1h'."""
+        qualifier = "greater than 0" if positive else f">= {minimum:g}s"
+        expected = f"a duration {qualifier} (seconds, or like 500ms, 30s, 5m, 1h)"
+        value = self._get(parent, key, path, expected, required)
+        if value is _MISSING:
+            return default
+        seconds = parse_duration(value)
+        bad = seconds is None or seconds < minimum or (positive and seconds <= 0)
+        if bad:
+            self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
+            return None
+        return seconds
+
+    def boolean(
+        self, parent: LineDict, key: str, path: str, default: bool | None = None
+    ) -> bool | None:
+        value = self._get(parent, key, path, "true or false", False)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, bool):
+            self.report(
+                join_path(path, key), "true or false", describe(value), self.line_of(parent, key)
+            )
+            return None
+        return value
+
+    def choice(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        choices: Iterable[str],
+        default: str | None = None,
+        required: bool = False,
+    ) -> str | None:
+        options = list(choices)
+        expected = f"one of {', '.join(options)}"
+        value = self._get(parent, key, path, expected, required)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, str) or value not in options:
+            self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
+            return None
+        return value
+
+    def string_list(
+        self, parent: LineDict, key: str, path: str, required: bool = False
+    ) -> list[str] | None:
+        expected = "a list of non-empty strings"
+        value = self._get(parent, key, path, expected, required)
+        if value is _MISSING:
+            return [] if not required else None
+        if not isinstance(value, LineList):
+            self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
+            return None
+        result: list[str] = []
+        for index, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)) or item == "":
+                self.report(
+                    f"{join_path(path, key)}[{index}]",
+                    "a non-empty string",
+                    describe(item),
+                    value.item_lines[index],
+                )
+                return None
+            result.append(str(item))
+        return result
+
+    def string_map(self, parent: LineDict, key: str, path: str) -> dict[str, str] | None:
+        node = self.mapping(parent, key, path, required=False)
+        if node is None:
+            return {} if key not in parent else None
+        result: dict[str, str] = {}
+        for name, value in node.items():
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                self.report(
+                    join_path(join_path(path, key), name),
+                    "a string",
+                    describe(value),
+                    node.key_lines.get(name, node.line),
+                )
+                continue
+            result[str(name)] = str(value)
+        return result
+
+
+def parse_duration(value: object) -> float | None:
+    """Seconds from a number or a '30s'-style string; None when it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return None
+
+
+def _range_text(kind: str, minimum: float | None, maximum: float | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"{kind} from {minimum:g} to {maximum:g}"
+    if minimum is not None:
+        return f"{kind} >= {minimum:g}"
+    if maximum is not None:
+        return f"{kind} <= {maximum:g}"
+    return kind
