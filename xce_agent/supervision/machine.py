@@ -175,7 +175,10 @@ def step(
     if isinstance(event, Adopted):
         return _adopted(spec, state, event, now)
     if isinstance(event, SpawnFailed):
-        failed = replace(state, last_exit=ExitInfo(None, None, event.error), pid=None)
+        starts = (*recent_starts(state.starts, now, spec.restart.give_up_window), now)
+        failed = replace(
+            state, last_exit=ExitInfo(None, None, event.error), pid=None, starts=starts
+        )
         return _after_exit(spec, failed, now, rand, started=now)
     if isinstance(event, Exited):
         return _exited(spec, state, event, now, rand)

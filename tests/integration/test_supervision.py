@@ -1,0 +1,237 @@
+"""Supervision of real child processes: crash, ignore SIGTERM, grandchildren, instant exit."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import alive, group_members
+from xce_agent.supervision.machine import Phase
+from xce_agent.supervision.reactor import Reactor
+from xce_agent.supervision.spec import (
+    ComponentSpec,
+    ProbeKind,
+    ProbeSpec,
+    RestartPolicy,
+    RestartSpec,
+)
+from xce_agent.supervision.supervisor import Supervisor
+
+PY = sys.executable
+FAST = RestartSpec(initial_delay=0, delay=0.05, max_delay=0.2, jitter=0, give_up_starts=50)
+
+
+class Harness:
+    def __init__(self, specs: list[ComponentSpec], output_dir: Path | None) -> None:
+        self.reactor = Reactor()
+        self.sup = Supervisor(specs, self.reactor, output_dir=output_dir)
+
+    def run_until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"not reached in {timeout}s: {self.sup.states}")
+            self.reactor.run_once(max_wait=min(left, 0.1))
+
+    def phase(self, name: str = "c") -> Phase:
+        return self.sup.states[name].phase
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    harnesses: list[Harness] = []
+
+    def build(script: str, output: bool = False, **kw: object) -> Harness:
+        kw.setdefault("restart", FAST)
+        kw.setdefault("stop_timeout", 2.0)
+        spec = ComponentSpec(name="c", command=(PY, "-c", script), **kw)  # type: ignore[arg-type]
+        h = Harness([spec], tmp_path / "out" if output else None)
+        harnesses.append(h)
+        return h
+
+    yield build
+    for h in harnesses:
+        h.sup.stop_all("test over")
+        h.run_until(h.sup.idle, 10)
+        h.sup.close()
+        h.reactor.close()
+
+
+def test_crashing_child_is_restarted(make: Callable[..., Harness]) -> None:
+    h = make("import time; time.sleep(0.2); raise SystemExit(3)")
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    first = h.sup.states["c"].pid
+    h.run_until(lambda: h.sup.states["c"].restarts >= 2)
+    state = h.sup.states["c"]
+    assert state.pid != first
+    assert state.last_exit is not None and state.last_exit.code == 3
+
+
+def test_child_ignoring_sigterm_is_killed_after_stop_timeout(
+    make: Callable[..., Harness],
+) -> None:
+    script = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    h = make(script, stop_timeout=0.5, output=True)
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    time.sleep(0.3)  # let it install the handler
+    pid = h.sup.states["c"].pid
+    assert pid is not None
+    began = time.monotonic()
+    h.sup.stop("c")
+    h.run_until(lambda: h.phase() is Phase.STOPPED)
+    took = time.monotonic() - began
+    assert 0.45 <= took < 3.0
+    last = h.sup.states["c"].last_exit
+    assert last is not None and last.signal == signal.SIGKILL
+    assert not alive(pid)
+
+
+def test_grandchildren_are_stopped_with_the_group(make: Callable[..., Harness]) -> None:
+    script = (
+        "import subprocess, sys, time\n"
+        "sleeper = [sys.executable, '-c', 'import time; time.sleep(60)']\n"
+        "for _ in range(3): subprocess.Popen(sleeper)\n"
+        "time.sleep(60)\n"
+    )
+    h = make(script)
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    pid = h.sup.states["c"].pid
+    assert pid is not None
+    deadline = time.monotonic() + 5
+    while len(group_members(pid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(group_members(pid)) == 4
+    h.sup.stop("c")
+    h.run_until(lambda: h.phase() is Phase.STOPPED)
+    deadline = time.monotonic() + 2
+    while group_members(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert group_members(pid) == []
+
+
+def test_strays_of_a_crashed_child_are_cleaned_before_restart(
+    make: Callable[..., Harness],
+) -> None:
+    script = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(0.3)\n"
+    )
+    h = make(script, restart=RestartSpec(initial_delay=1.0, max_delay=1.0, jitter=0))
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    pid = h.sup.states["c"].pid
+    assert pid is not None
+    h.run_until(lambda: h.phase() is Phase.BACKOFF)
+    deadline = time.monotonic() + 2
+    while group_members(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert group_members(pid) == []
+
+
+def test_child_exiting_instantly_ends_fatal_and_supervisor_stays_up(
+    make: Callable[..., Harness],
+) -> None:
+    loop = RestartSpec(initial_delay=0, delay=0.01, max_delay=0.02, jitter=0, give_up_starts=5)
+    h = make("raise SystemExit(1)", restart=loop)
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.FATAL)
+    state = h.sup.states["c"]
+    assert state.restarts == 4
+    assert "crash loop" in state.reason
+
+
+def test_never_exiting_child_stops_gracefully(make: Callable[..., Harness]) -> None:
+    h = make("import time; time.sleep(600)")
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    began = time.monotonic()
+    h.sup.stop("c")
+    h.run_until(lambda: h.phase() is Phase.STOPPED)
+    assert time.monotonic() - began < 1.0
+    last = h.sup.states["c"].last_exit
+    assert last is not None and last.signal == signal.SIGTERM
+
+
+def test_policy_never_leaves_an_exited_child(make: Callable[..., Harness]) -> None:
+    h = make("raise SystemExit(0)", restart=RestartSpec(policy=RestartPolicy.NEVER))
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.EXITED)
+    assert h.sup.states["c"].restarts == 0
+
+
+def test_output_goes_to_the_log_with_the_component_name(
+    make: Callable[..., Harness], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="xce_agent.component")
+    h = make(
+        "print('hello out'); import sys; print('hello err', file=sys.stderr)",
+        output=True,
+        restart=RestartSpec(policy=RestartPolicy.NEVER),
+    )
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.EXITED)
+    lines = [r.getMessage() for r in caplog.records if r.name == "xce_agent.component"]
+    assert "c: hello out" in lines and "c: hello err" in lines
+
+
+def test_missing_program_is_reported_and_ends_fatal(make: Callable[..., Harness]) -> None:
+    spec = ComponentSpec(
+        name="c",
+        command=("/nonexistent/prog",),
+        restart=RestartSpec(initial_delay=0, delay=0.01, max_delay=0.01, give_up_starts=3),
+    )
+    h = Harness([spec], None)
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.FATAL)
+    last = h.sup.states["c"].last_exit
+    assert last is not None and "No such file" in last.describe()
+    h.reactor.close()
+
+
+def test_failing_tcp_probe_restarts_the_component(make: Callable[..., Harness]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: connections are refused
+    probe = ProbeSpec(
+        ProbeKind.TCP,
+        host="127.0.0.1",
+        port=port,
+        initial_delay=0.05,
+        period=0.05,
+        timeout=0.5,
+        failure_threshold=2,
+    )
+    h = make("import time; time.sleep(60)", liveness=probe)
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    first = h.sup.states["c"].pid
+    h.run_until(lambda: h.sup.states["c"].restarts >= 1 and h.phase() is Phase.RUNNING)
+    assert h.sup.states["c"].pid != first
+    assert h.sup.states["c"].last_exit is not None
+
+
+def test_passing_exec_probe_keeps_the_component(make: Callable[..., Harness]) -> None:
+    probe = ProbeSpec(ProbeKind.EXEC, command=("/bin/true",), initial_delay=0.0, period=0.05)
+    h = make("import time; time.sleep(60)", liveness=probe)
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    time.sleep(0.3)
+    h.run_until(lambda: h.sup.states["c"].probe_next is not None, 2)
+    assert h.sup.states["c"].restarts == 0

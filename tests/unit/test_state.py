@@ -1,0 +1,77 @@
+"""Local state: atomic, versioned, private, and a corrupt file never stops the agent."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from xce_agent.errors import StateError
+from xce_agent.state import AgentState, ComponentRecord, StateStore, Tombstone
+from xce_agent.status_line import status_line
+from xce_agent.status_view import render_status
+
+
+def sample() -> AgentState:
+    return AgentState(
+        lifecycle="running",
+        instance_id="i-1",
+        roles=("worker",),
+        components=(ComponentRecord("w", "worker", "running", pid=42, restarts=2),),
+    )
+
+
+def test_round_trip_and_mode_0600(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.save(sample())
+    assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    assert store.load() == sample()
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp file left
+
+
+@pytest.mark.parametrize(
+    "content", [b"{not json", b'{"version": 99, "lifecycle": "x"}', b"[]", b'{"version": 1}']
+)
+def test_corrupt_state_is_moved_aside(
+    tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = StateStore(tmp_path)
+    store.path.write_bytes(content)
+    assert store.load() is None
+    assert not store.path.exists()
+    aside = [p.name for p in tmp_path.iterdir()]
+    assert len(aside) == 1 and aside[0].startswith("state.json.corrupt-")
+    assert "corrupt state moved aside" in caplog.text
+
+
+def test_status_read_does_not_move_a_corrupt_file(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.path.write_bytes(b"garbage")
+    with pytest.raises(StateError, match="unreadable state"):
+        store.read_only()
+    assert store.path.exists()
+
+
+def test_failed_write_leaves_the_old_state_intact(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    store.save(sample())
+
+    class Boom(AgentState):
+        def to_json(self) -> dict[str, object]:
+            return {"bad": object()}
+
+    with pytest.raises(TypeError):
+        store.save(Boom())
+    assert store.load() == sample()
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_status_line_and_view() -> None:
+    state = sample()
+    assert status_line(state) == "worker: w running pid 42; controller not configured"
+    view = render_status(state, 0.0)
+    assert "w                  worker     running        42        2" in view
+    tomb = AgentState(tombstone=Tombstone("i-1", "reclaimed by provider", 1.0))
+    assert status_line(tomb) == "decommissioned: reclaimed by provider"
