@@ -189,9 +189,9 @@ def test_stop_signals_the_group_then_escalates_to_sigkill() -> None:
     assert actions == (m.SignalGroup(101, signal.SIGTERM),)
     assert d.phase() is m.Phase.STOPPING
     d.advance(4.9)
-    assert d.state.deadline == 5.0
+    assert m.next_deadline(d.state) == 5.0
     d.advance(0.2)
-    assert d.state.killed and d.state.deadline is None
+    assert d.state.killed and m.next_deadline(d.state) is None
     assert d.actions[-1] == m.SignalGroup(101, signal.SIGKILL)
     d.send(m.Exited(None, signal.SIGKILL, 101))
     assert d.phase() is m.Phase.STOPPED
