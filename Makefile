@@ -35,7 +35,14 @@ test: lint typecheck $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/xce-agent demo
 
-bench: $(STAMP)
+BENCH_VENV := bench/.venv
+
+# supervisord, the peer of the supervision benchmark, lives in its own venv from PyPI.
+$(BENCH_VENV)/bin/supervisord: | system-deps
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q supervisor
+
+bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m bench
 
 clean:

@@ -29,6 +29,7 @@ from xce_agent.state import (
     ComponentRecord,
     ControllerContact,
     StateStore,
+    StateWriter,
 )
 from xce_agent.status_line import status_line
 from xce_agent.supervision import machine as m
@@ -73,11 +74,12 @@ class Agent:
         self.notifier = notifier
         self.reactor = reactor or Reactor()
         self.store = StateStore(config.state_directory)
+        self.writer: StateWriter | None = None
         self._shutting_down = shutting_down
         self.supervisor = Supervisor(
             config.components,
             self.reactor,
-            runner,
+            runner or ProcessRunner(owner=str(config.state_directory.resolve())),
             output_dir=config.state_directory / "output",
             on_change=self._component_changed,
             on_decommission_exit=self._decommission_exit,
@@ -93,6 +95,7 @@ class Agent:
     def run(self) -> int:
         self.store.ensure_directory()
         self._lock()
+        self.writer = StateWriter(self.store)
         try:
             previous = self.store.load()
             self._record_self(previous)
@@ -152,7 +155,13 @@ class Agent:
             if name not in self.supervisor.specs:
                 self._retire_unknown(name, identity)
             elif not self.supervisor.adopt(name, identity):
-                log.info("%s: recorded process %d is gone; starting anew", name, identity.pid)
+                log.info("%s: recorded process %d is gone", name, identity.pid)
+        for name, spec in self.supervisor.specs.items():
+            if name in self.supervisor.handles:
+                continue
+            marked = self.supervisor.runner.find_marked(spec)
+            if marked is not None and self.supervisor.adopt(name, marked):
+                log.warning("%s: adopted unrecorded process %d by its markers", name, marked.pid)
         self.supervisor.start_all()
 
     def _retire_unknown(self, name: str, identity: ProcessIdentity) -> None:
@@ -200,6 +209,8 @@ class Agent:
         # Save while the handles are still known: the next agent adopts from this record.
         self._set_lifecycle(lifecycle)
         self.supervisor.close()
+        if self.writer is not None:
+            self.writer.close()
         self.reactor.restore_signals()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -253,10 +264,8 @@ class Agent:
 
     def _save(self) -> None:
         self.state = replace(self.state, updated_at=time.time())
-        try:
-            self.store.save(self.state)
-        except OSError as exc:
-            log.error("cannot save state to %s: %s", self.store.path, exc.strerror)
+        if self.writer is not None:
+            self.writer.submit(self.state)
         line = status_line(self.state)
         if line != self._last_status:
             self._last_status = line

@@ -169,3 +169,57 @@ def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+class StateWriter:
+    """Writes the latest submitted state on a thread, so the event loop never waits on fsync.
+
+    Submissions coalesce: a burst of changes costs one write. `flush` waits until the newest
+    submission is on disk (the agent calls it before it exits).
+    """
+
+    def __init__(self, store: StateStore) -> None:
+        import threading
+
+        self.store = store
+        self._cond = threading.Condition()
+        self._pending: AgentState | None = None
+        self._submitted = 0
+        self._written = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, state: AgentState) -> None:
+        with self._cond:
+            self._pending = state
+            self._submitted += 1
+            self._cond.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> None:
+        with self._cond:
+            target = self._submitted
+            self._cond.wait_for(lambda: self._written >= target, timeout)
+
+    def close(self) -> None:
+        self.flush()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending is not None or self._closed)
+                if self._pending is None:
+                    return
+                state, self._pending = self._pending, None
+                number = self._submitted
+            try:
+                self.store.save(state)
+            except OSError as exc:
+                log.error("cannot save state to %s: %s", self.store.path, exc.strerror)
+            with self._cond:
+                self._written = max(self._written, number)
+                self._cond.notify_all()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import grp
 import logging
 import os
@@ -29,6 +30,7 @@ from xce_agent.supervision.spec import ComponentSpec
 
 log = logging.getLogger(__name__)
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Variables that belong to the agent's own service and must not leak into components.
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 
@@ -81,7 +83,9 @@ class Handle:
         return self.identity.pid
 
 
+@functools.lru_cache(maxsize=1)
 def boot_id() -> str:
+    """This boot's id; a pid recorded under another boot id is never adopted."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
@@ -90,14 +94,39 @@ def boot_id() -> str:
 
 def identify(pid: int) -> ProcessIdentity | None:
     try:
-        proc = psutil.Process(pid)
-        return ProcessIdentity(pid, proc.create_time(), tuple(proc.cmdline()), boot_id())
+        cmdline = tuple(psutil.Process(pid).cmdline())
     except (psutil.Error, OSError):
         return None
+    created = create_time(pid)
+    return ProcessIdentity(pid, created, cmdline, boot_id()) if created else None
 
 
-def component_env(spec: ComponentSpec, base: Mapping[str, str]) -> dict[str, str]:
+@functools.lru_cache(maxsize=1)
+def _boot_time() -> float:
+    return psutil.boot_time()
+
+
+def create_time(pid: int) -> float:
+    """When `pid` started, in epoch seconds (psutil's formula, with the boot time cached)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return _boot_time() + int(fields[19]) / _CLOCK_TICKS
+
+
+# Every component carries these, so a restarted agent can find a process it started but
+# crashed before recording (the one window where a pid could go unrecorded).
+MARK_COMPONENT = "XCE_AGENT_COMPONENT"
+MARK_OWNER = "XCE_AGENT_OWNER"
+
+
+def component_env(spec: ComponentSpec, base: Mapping[str, str], owner: str = "") -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in _PRIVATE_ENV}
+    env[MARK_COMPONENT] = spec.name
+    if owner:
+        env[MARK_OWNER] = owner
     if spec.user is not None:
         entry = _passwd(spec.user)
         env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name)
@@ -174,8 +203,10 @@ class OutputPipe:
 class ProcessRunner:
     """Real processes; tests of the agent wiring may substitute a fake with the same methods."""
 
-    def __init__(self, base_env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, base_env: Mapping[str, str] | None = None, owner: str = "") -> None:
         self.base_env = dict(os.environ if base_env is None else base_env)
+        self.owner = owner  # who started the process (the agent's state directory)
+        self._envs: dict[str, dict[str, str]] = {}
 
     def spawn(self, spec: ComponentSpec, output: OutputPipe | None) -> Handle:
         out = output.child_fd() if output else subprocess.DEVNULL
@@ -187,7 +218,7 @@ class ProcessRunner:
                 stdout=out,
                 stderr=out,
                 cwd=spec.working_directory,
-                env=component_env(spec, self.base_env),
+                env=self._env(spec),
                 start_new_session=True,
                 user=creds.user,
                 group=creds.group,
@@ -199,8 +230,14 @@ class ProcessRunner:
             if output is not None and isinstance(out, int) and out >= 0:
                 os.close(out)
         pidfd = os.pidfd_open(popen.pid)
-        identity = ProcessIdentity(popen.pid, _create_time(popen.pid), spec.command, boot_id())
+        identity = ProcessIdentity(popen.pid, create_time(popen.pid), spec.command, boot_id())
         return Handle(identity, pidfd, popen)
+
+    def _env(self, spec: ComponentSpec) -> dict[str, str]:
+        env = self._envs.get(spec.name)
+        if env is None:
+            env = self._envs[spec.name] = component_env(spec, self.base_env, self.owner)
+        return env
 
     def adopt(self, recorded: ProcessIdentity, spec: ComponentSpec) -> Handle | None:
         """A handle on the recorded process if it is still the same one, else None."""
@@ -219,6 +256,24 @@ class ProcessRunner:
             os.close(pidfd)
             return None
         return Handle(recorded, pidfd, None)
+
+    def find_marked(self, spec: ComponentSpec) -> ProcessIdentity | None:
+        """A running group leader this owner started for `spec`, found by its markers."""
+        if not self.owner:
+            return None
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if tuple(proc.info["cmdline"] or ()) != spec.command:
+                    continue
+                env = proc.environ()
+                if env.get(MARK_COMPONENT) != spec.name or env.get(MARK_OWNER) != self.owner:
+                    continue
+                if os.getpgid(proc.pid) != proc.pid:
+                    continue
+                return ProcessIdentity(proc.pid, create_time(proc.pid), spec.command, boot_id())
+            except (psutil.Error, OSError):
+                continue
+        return None
 
     def reap(self, handle: Handle) -> tuple[int | None, int | None]:
         """(exit code, killing signal) once the pidfd said it exited; unknown if adopted."""
@@ -242,13 +297,6 @@ class ProcessRunner:
         except PermissionError:
             return True
         return True
-
-
-def _create_time(pid: int) -> float:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return 0.0
 
 
 def _spawn_error_text(spec: ComponentSpec, exc: BaseException) -> str:

@@ -1,0 +1,26 @@
+"""`python -m bench [section ...]`: run the benchmarks and print their tables."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="bench")
+    parser.add_argument("sections", nargs="*", default=["supervision"])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
+    args = parser.parse_args()
+    for section in args.sections:
+        if section == "supervision":
+            from bench import supervision
+
+            if args.quick:
+                print(supervision.run(restarts=20, stops=10, idle_seconds=5))
+            else:
+                print(supervision.run())
+        else:
+            parser.error(f"unknown section {section!r}")
+        print()
+
+
+main()
