@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 
@@ -14,7 +15,7 @@ def percentile(values: Sequence[float], pct: float) -> float:
 
 
 def ratio(ours: float, theirs: float) -> str:
-    if ours <= 0 or theirs != theirs or ours != ours:
+    if ours <= 0 or math.isnan(theirs) or math.isnan(ours):
         return "-"
     return f"{theirs / ours:,.1f}x"
 

@@ -24,7 +24,7 @@ import psutil
 from bench.stats import percentile, ratio, table
 from xce_agent.supervision.machine import Phase
 from xce_agent.supervision.reactor import Reactor
-from xce_agent.supervision.spec import ComponentSpec, RestartSpec
+from xce_agent.supervision.spec import ComponentSpec
 from xce_agent.supervision.supervisor import Supervisor
 
 HERE = Path(__file__).resolve().parent
@@ -190,9 +190,16 @@ def supervisord_stops(child: Path, count: int) -> list[float]:
         proc = start_supervisord(supervisord_conf(workdir, child, {"BENCH_WAIT": "1"}, False))
         try:
             out = subprocess.run(
-                [str(BENCH_VENV / "bin" / "python"), str(HERE / "sv_stop.py"),
-                 str(workdir / "sv.sock"), str(count)],
-                capture_output=True, text=True, check=False, timeout=count * 5 + 30,
+                [
+                    str(BENCH_VENV / "bin" / "python"),
+                    str(HERE / "sv_stop.py"),
+                    str(workdir / "sv.sock"),
+                    str(count),
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=count * 5 + 30,
             )
             if out.returncode != 0:
                 raise SystemExit(f"bench: supervisord stop run failed: {out.stderr[-600:]}")
@@ -248,22 +255,55 @@ def run(restarts: int = 100, stops: int = 30, idle_seconds: float = 60.0) -> str
         ours_i, theirs_i = idle_costs(child, idle_seconds)
     ms = "{:.2f} ms".format
     rows = [
-        [f"restart p50 ({len(ours_r)}/{len(theirs_r)} restarts)",
-         ms(percentile(ours_r, 50)), ms(percentile(theirs_r, 50)),
-         ratio(percentile(ours_r, 50), percentile(theirs_r, 50)), "<= 3 ms"],
-        ["restart p95", ms(percentile(ours_r, 95)), ms(percentile(theirs_r, 95)),
-         ratio(percentile(ours_r, 95), percentile(theirs_r, 95)), "<= 10 ms"],
-        [f"graceful stop p50 ({stops} stops)", ms(percentile(ours_s, 50)),
-         ms(percentile(theirs_s, 50)),
-         ratio(percentile(ours_s, 50), percentile(theirs_s, 50)), "<= 3 ms"],
-        [f"idle RSS ({idle_seconds:.0f} s)", f"{ours_i.rss_mb:.1f} MB",
-         f"{theirs_i.rss_mb:.1f} MB", ratio(ours_i.rss_mb, theirs_i.rss_mb), "<= 33 MB"],
-        ["idle USS", f"{ours_i.uss_mb:.1f} MB", f"{theirs_i.uss_mb:.1f} MB",
-         ratio(ours_i.uss_mb, theirs_i.uss_mb), ""],
-        ["idle CPU time", f"{ours_i.cpu_ms:.0f} ms", f"{theirs_i.cpu_ms:.0f} ms",
-         ratio(ours_i.cpu_ms, theirs_i.cpu_ms), ""],
-        ["idle wakeups (context switches)", str(ours_i.wakeups), str(theirs_i.wakeups),
-         ratio(ours_i.wakeups, theirs_i.wakeups), "only needed timers"],
+        [
+            f"restart p50 ({len(ours_r)}/{len(theirs_r)} restarts)",
+            ms(percentile(ours_r, 50)),
+            ms(percentile(theirs_r, 50)),
+            ratio(percentile(ours_r, 50), percentile(theirs_r, 50)),
+            "<= 3 ms",
+        ],
+        [
+            "restart p95",
+            ms(percentile(ours_r, 95)),
+            ms(percentile(theirs_r, 95)),
+            ratio(percentile(ours_r, 95), percentile(theirs_r, 95)),
+            "<= 10 ms",
+        ],
+        [
+            f"graceful stop p50 ({stops} stops)",
+            ms(percentile(ours_s, 50)),
+            ms(percentile(theirs_s, 50)),
+            ratio(percentile(ours_s, 50), percentile(theirs_s, 50)),
+            "<= 3 ms",
+        ],
+        [
+            f"idle RSS ({idle_seconds:.0f} s)",
+            f"{ours_i.rss_mb:.1f} MB",
+            f"{theirs_i.rss_mb:.1f} MB",
+            ratio(ours_i.rss_mb, theirs_i.rss_mb),
+            "<= 33 MB",
+        ],
+        [
+            "idle USS",
+            f"{ours_i.uss_mb:.1f} MB",
+            f"{theirs_i.uss_mb:.1f} MB",
+            ratio(ours_i.uss_mb, theirs_i.uss_mb),
+            "",
+        ],
+        [
+            "idle CPU time",
+            f"{ours_i.cpu_ms:.0f} ms",
+            f"{theirs_i.cpu_ms:.0f} ms",
+            ratio(ours_i.cpu_ms, theirs_i.cpu_ms),
+            "",
+        ],
+        [
+            "idle wakeups (context switches)",
+            str(ours_i.wakeups),
+            str(theirs_i.wakeups),
+            ratio(ours_i.wakeups, theirs_i.wakeups),
+            "only needed timers",
+        ],
     ]
     header = ["measure", "xce-agent", "supervisord", "supervisord/xce-agent", "target"]
     when = time.strftime("%Y-%m-%d")

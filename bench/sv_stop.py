@@ -17,7 +17,7 @@ def main() -> None:
         try:
             proxy.supervisor.getState()
             break
-        except Exception:  # noqa: BLE001 - not up yet
+        except Exception:
             time.sleep(0.1)
     latencies = []
     for _ in range(count):
