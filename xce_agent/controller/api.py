@@ -1,0 +1,258 @@
+"""The controller's REST API, version 1 (`/v1`). See docs/protocol.md and docs/openapi.json."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Optional
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from xce_agent.controller import lifecycle as lc
+from xce_agent.controller.codec import host_to_json, job_to_json
+from xce_agent.controller.model import TERMINAL, Host, JobState
+from xce_agent.controller.schemas import (
+    ControlBody,
+    DecommissionBody,
+    ErrorBody,
+    ExpectBody,
+    HeartbeatBody,
+    HostAnswer,
+    HostDetail,
+    InfoAnswer,
+    JobBody,
+    JobReportBody,
+    JoinAnswer,
+    JoinBody,
+    SubmitBody,
+    WatchAnswer,
+)
+from xce_agent.controller.service import PROTOCOL, Controller
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 410, 422)
+}
+
+
+def _bearer(authorization: Optional[str]) -> str:
+    if authorization and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip()
+    return ""
+
+
+def _admin(request: Request, authorization: Annotated[Optional[str], Header()] = None) -> str:
+    token = request.app.state.controller.cfg.admin_token
+    if token and not hmac.compare_digest(_bearer(authorization), token):
+        raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
+    return "admin"
+
+
+Admin = Annotated[str, Depends(_admin)]
+
+
+def create_app(ctl: Controller) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ctl.start()
+        yield
+        await ctl.stop()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="XCE reference controller",
+        version=PROTOCOL,
+        description="Elastic-host lifecycle: expected hosts, joins, drain, decommission.",
+    )
+
+    app.state.controller = ctl
+
+    @app.exception_handler(lc.Refused)
+    async def refused(request: Request, exc: lc.Refused) -> JSONResponse:
+        body = {"error": exc.kind, "message": exc.message, "protocol": PROTOCOL, **exc.details}
+        return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        body = {"error": "bad_request", "message": "; ".join(problems), "protocol": PROTOCOL}
+        return JSONResponse(body, status_code=422)
+
+    def answer(host: Host) -> dict[str, Any]:
+        return {
+            "protocol": PROTOCOL,
+            "host": host.name,
+            "instance_id": host.instance_id,
+            "state": host.state.value,
+            "reason": host.reason,
+            "version": ctl.host_version.get(host.key, ctl.cluster.version),
+            "heartbeat_interval": ctl.cfg.heartbeat_interval,
+            "host_loss_grace": ctl.cfg.host_loss_grace,
+        }
+
+    def detail(host: Host) -> dict[str, Any]:
+        data = host_to_json(host)
+        data.pop("token_hash")
+        data.pop("boot_id")
+        data.pop("resources")
+        data["last_seen"] = ctl.seen.get(host.key)
+        data["jobs_running"] = len(ctl.cluster.jobs_on(host.key))
+        data["report"] = ctl.reports.get(host.key)
+        return data
+
+    @app.get("/v1/info", response_model=InfoAnswer)
+    async def info() -> dict[str, Any]:
+        return {
+            "protocol": PROTOCOL,
+            "heartbeat_interval": ctl.cfg.heartbeat_interval,
+            "host_loss_grace": ctl.cfg.host_loss_grace,
+            "unmatched_joins": ctl.cfg.unmatched_joins,
+            "templates": sorted(ctl.cfg.templates),
+        }
+
+    @app.post("/v1/join", response_model=JoinAnswer, responses=ERRORS)
+    async def join(
+        body: JoinBody, authorization: Annotated[Optional[str], Header()] = None
+    ) -> dict[str, Any]:
+        req = lc.JoinRequest(
+            name=body.host,
+            instance_id=body.instance_id,
+            template=body.template,
+            provider=body.provider,
+            addresses=tuple(body.addresses),
+            boot_id=body.boot_id,
+            roles=tuple(body.roles),
+            resources=body.resources,
+            token=_bearer(authorization),
+        )
+        host = ctl.join(req)
+        template = ctl.cfg.templates.get(host.template) or ctl.cfg.templates["default"]
+        return {
+            **answer(host),
+            "status": "accepted",
+            "key": host.key,
+            "provisioned": host.provisioned,
+            "template": template.to_json(),
+        }
+
+    @app.post("/v1/hosts/{name}/heartbeat", response_model=HostAnswer, responses=ERRORS)
+    async def heartbeat(
+        name: str, body: HeartbeatBody, authorization: Annotated[Optional[str], Header()] = None
+    ) -> dict[str, Any]:
+        host = ctl.agent_host(name, body.instance_id, _bearer(authorization))
+        report = body.model_dump()
+        return answer(ctl.heartbeat(host, report))
+
+    @app.get("/v1/hosts/{name}/watch", response_model=WatchAnswer, responses=ERRORS)
+    async def watch(
+        name: str,
+        since: Annotated[int, Query(ge=0)] = 0,
+        timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
+        instance_id: Annotated[str, Query(max_length=253)] = "",
+        authorization: Annotated[Optional[str], Header()] = None,
+    ) -> dict[str, Any]:
+        host = ctl.agent_host(name, instance_id, _bearer(authorization))
+        host = await ctl.watch(host, since, timeout)
+        if host.state in TERMINAL:
+            raise lc.decommissioned(host)
+        jobs = [
+            job_to_json(j)
+            for j in ctl.cluster.jobs.values()
+            if j.assigned == host.key
+            and j.state in (JobState.ASSIGNED, JobState.RUNNING, JobState.KILLED)
+        ]
+        return {**answer(host), "jobs": jobs}
+
+    @app.post("/v1/hosts/{name}/jobs/{job_id}/{event}", response_model=JobBody, responses=ERRORS)
+    async def job_event(
+        name: str,
+        job_id: int,
+        event: str,
+        body: JobReportBody,
+        authorization: Annotated[Optional[str], Header()] = None,
+    ) -> dict[str, Any]:
+        if event not in ("started", "finished"):
+            raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
+        host = ctl.agent_host(name, "", _bearer(authorization))
+        ctl.commit(lc.job_report(ctl.cluster, ctl.clock(), host, job_id, event, body.exit_code))
+        return job_to_json(ctl.cluster.jobs[job_id])
+
+    @app.post("/v1/expected", response_model=HostDetail, status_code=201, responses=ERRORS)
+    async def expect(body: ExpectBody, by: Admin) -> dict[str, Any]:
+        now = ctl.clock()
+        deadline = now + body.deadline_in if body.deadline_in else None
+        ctl.commit(
+            lc.expect(
+                ctl.cluster,
+                ctl.cfg,
+                now,
+                "provisioner",
+                body.instance_id,
+                body.template,
+                body.expected_name,
+                body.expected_address,
+                deadline,
+                body.provider,
+                body.join_token,
+            )
+        )
+        return detail(ctl.cluster.hosts[body.instance_id])
+
+    @app.get("/v1/expected", response_model=list[HostDetail], responses=ERRORS)
+    async def expected(by: Admin) -> list[dict[str, Any]]:
+        wanted = ("expected", "overdue")
+        return [detail(h) for h in ctl.cluster.hosts.values() if h.state.value in wanted]
+
+    @app.get("/v1/to-return", response_model=list[HostDetail], responses=ERRORS)
+    async def to_return(by: Admin) -> list[dict[str, Any]]:
+        return [detail(h) for h in lc.to_return(ctl.cluster)]
+
+    @app.post("/v1/to-return/{instance_id}/ack", response_model=HostDetail, responses=ERRORS)
+    async def ack(instance_id: str, by: Admin) -> dict[str, Any]:
+        ctl.commit(lc.ack_return(ctl.cluster, ctl.clock(), "provisioner", instance_id))
+        return detail(ctl.cluster.hosts[instance_id])
+
+    @app.get("/v1/hosts", response_model=list[HostDetail], responses=ERRORS)
+    async def hosts(by: Admin, all: bool = False) -> list[dict[str, Any]]:
+        hidden = () if all else ("decommissioned", "returned")
+        shown = [h for h in ctl.cluster.hosts.values() if h.state.value not in hidden]
+        return [detail(h) for h in sorted(shown, key=lambda h: h.name or h.key)]
+
+    @app.get("/v1/hosts/{name}", response_model=HostDetail, responses=ERRORS)
+    async def host(name: str, by: Admin) -> dict[str, Any]:
+        return detail(ctl.find_host(name))
+
+    @app.post("/v1/hosts/{name}/open", response_model=HostDetail, responses=ERRORS)
+    async def open_host(name: str, body: ControlBody, by: Admin) -> dict[str, Any]:
+        return detail(ctl.control(name, "open", "admin", why=body.reason))
+
+    @app.post("/v1/hosts/{name}/close", response_model=HostDetail, responses=ERRORS)
+    async def close_host(name: str, body: ControlBody, by: Admin) -> dict[str, Any]:
+        return detail(ctl.control(name, "close", "admin", why=body.reason))
+
+    @app.post("/v1/hosts/{name}/decommission", response_model=HostDetail, responses=ERRORS)
+    async def decommission(name: str, body: DecommissionBody, by: Admin) -> dict[str, Any]:
+        host = ctl.control(
+            name,
+            "decommission",
+            "admin",
+            drain_timeout=body.drain_timeout,
+            policy=body.policy,
+            why=body.reason,
+        )
+        return detail(host)
+
+    @app.post("/v1/jobs", response_model=JobBody, status_code=201, responses=ERRORS)
+    async def submit(body: SubmitBody, by: Admin) -> dict[str, Any]:
+        facts = lc.submit(ctl.cluster, ctl.clock(), "admin", body.command, body.slots, body.host)
+        job_id = int(facts[0].data["id"])
+        ctl.commit(facts)
+        return job_to_json(ctl.cluster.jobs[job_id])
+
+    @app.get("/v1/jobs", response_model=list[JobBody], responses=ERRORS)
+    async def jobs(by: Admin) -> list[dict[str, Any]]:
+        return [job_to_json(j) for j in sorted(ctl.cluster.jobs.values(), key=lambda j: j.id)]
+
+    return app

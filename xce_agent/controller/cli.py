@@ -1,0 +1,115 @@
+"""`xce-controller`: serve the reference controller, print its OpenAPI, run the simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from xce_agent.controller.config import ClusterConfig, load_cluster_config
+from xce_agent.errors import ConfigError
+
+EX_CONFIG = 78
+
+
+def _config(path: Path | None) -> ClusterConfig:
+    try:
+        return load_cluster_config(path)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(f"xce-controller: {problem}", err=True)
+        sys.exit(EX_CONFIG)
+
+
+@click.group()
+def main() -> None:
+    """Reference controller of the XCE elastic-host lifecycle."""
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
+@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.option("--listen", default="127.0.0.1:7870", show_default=True, help="HOST:PORT.")
+@click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
+def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
+    """Serve the REST API until SIGTERM."""
+    from xce_agent.controller.server import bind, make_server
+
+    cfg = _config(config_file)
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit():
+        click.echo(f"xce-controller: --listen: expected HOST:PORT, got {listen!r}", err=True)
+        sys.exit(2)
+    if not cfg.admin_token and not _loopback(host):
+        click.echo(
+            "xce-controller: auth.admin_token: expected a token when listening beyond "
+            f"loopback, got none (--listen {listen})",
+            err=True,
+        )
+        sys.exit(EX_CONFIG)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        sock = bind(host, int(port_text))
+    except OSError as exc:
+        click.echo(f"xce-controller: cannot listen on {listen}: {exc.strerror}", err=True)
+        sys.exit(1)
+    port = sock.getsockname()[1]
+    server, _ = make_server(cfg, db, sock)
+    if port_file:
+        port_file.write_text(f"{port}\n")
+    click.echo(f"xce-controller: listening on http://{host}:{port}", err=True)
+    asyncio.run(server.serve(sockets=[sock]))
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(path_type=Path))
+def validate(config_file: Path | None) -> None:
+    """Check a cluster config; print every problem or "ok"."""
+    _config(config_file)
+    click.echo(f"{config_file or 'built-in config'}: ok")
+
+
+@main.command()
+def openapi() -> None:
+    """Print the OpenAPI document of the REST API."""
+    import tempfile
+
+    from xce_agent.controller.api import create_app
+    from xce_agent.controller.service import Controller
+    from xce_agent.controller.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "db")
+        doc = create_app(Controller(load_cluster_config(None), store)).openapi()
+        store.close()
+    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the timeline.")
+def simulate(scenario: Path, csv_path: Path | None) -> None:
+    """Drive the lifecycle in virtual time and print a summary."""
+    from xce_agent.controller.simulate import load_scenario, run_scenario
+
+    try:
+        spec = load_scenario(scenario)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(f"xce-controller: {problem}", err=True)
+        sys.exit(EX_CONFIG)
+    summary = run_scenario(spec, csv_path)
+    click.echo(summary.render())

@@ -1,0 +1,176 @@
+"""Apply a fact to the cluster state: the only code that changes it, live or on replay.
+
+Deterministic and free of I/O, so replaying the stored facts in order rebuilds exactly the
+state the controller had when it wrote them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from xce_agent.controller.model import (
+    Change,
+    Cluster,
+    Drain,
+    DrainPolicy,
+    Fact,
+    Host,
+    HostState,
+    Job,
+    JobState,
+)
+
+
+def apply(cluster: Cluster, fact: Fact) -> set[str]:
+    """Change `cluster` by `fact`; returns the keys of the hosts it touched."""
+    handler = _HANDLERS[fact.kind]
+    touched = handler(cluster, fact, fact.data)
+    cluster.version += 1
+    return touched
+
+
+def _with_state(host: Host, state: HostState, fact: Fact, why: str) -> Host:
+    change = Change(fact.at, state.value, fact.by, why)
+    return replace(host, state=state, reason=why, history=(*host.history, change))
+
+
+def _expected(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    key = d["instance_id"]
+    host = Host(
+        key=key,
+        state=HostState.EXPECTED,
+        template=d["template"],
+        instance_id=d["instance_id"],
+        provider=d.get("provider", ""),
+        provisioned=True,
+        expected_name=d.get("expected_name", ""),
+        expected_address=d.get("expected_address", ""),
+        expected_at=fact.at,
+        deadline=d["deadline"],
+        token_hash=d.get("token_hash", ""),
+    )
+    cluster.hosts[key] = _with_state(host, HostState.EXPECTED, fact, "instance recorded")
+    return {key}
+
+
+def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    key = d["key"]
+    base = cluster.hosts.get(key) or Host(key=key, state=HostState.OPEN, template=d["template"])
+    host = replace(
+        base,
+        name=d["name"],
+        instance_id=d.get("instance_id", base.instance_id),
+        template=d["template"],
+        provisioned=d["provisioned"],
+        provider=d.get("provider") or base.provider,
+        joined_at=fact.at,
+        boot_id=d.get("boot_id", ""),
+        addresses=tuple(d.get("addresses", ())),
+        roles=tuple(d.get("roles", ())),
+        resources=dict(d.get("resources", {})),
+        drain=None,
+    )
+    why = "joined as provisioned instance" if d["provisioned"] else "joined (not provisioned)"
+    cluster.hosts[key] = _with_state(host, HostState.OPEN, fact, d.get("why", why))
+    return {key}
+
+
+def _rejoined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    key = d["key"]
+    host = cluster.hosts[key]
+    cluster.hosts[key] = replace(
+        host, boot_id=d.get("boot_id", ""), addresses=tuple(d.get("addresses", ()))
+    )
+    return {key}
+
+
+def _state(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    key = d["key"]
+    state = HostState(d["state"])
+    host = cluster.hosts[key]
+    if state is not HostState.DRAINING:
+        host = replace(host, drain=None)
+    cluster.hosts[key] = _with_state(host, state, fact, d.get("why", ""))
+    return {key}
+
+
+def _drain(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    key = d["key"]
+    drain = Drain(fact.at, d["timeout"], DrainPolicy(d["policy"]), fact.by, d.get("why", ""))
+    host = replace(cluster.hosts[key], drain=drain)
+    why = f"decommission requested: {drain.why}" if drain.why else "decommission requested"
+    cluster.hosts[key] = _with_state(host, HostState.DRAINING, fact, why)
+    return {key}
+
+
+def _job_submitted(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    job = Job(
+        id=d["id"],
+        command=tuple(d["command"]),
+        slots=d["slots"],
+        state=JobState.PENDING,
+        submitted_at=fact.at,
+        host=d.get("host", ""),
+    )
+    cluster.jobs[job.id] = job
+    cluster.next_job = max(cluster.next_job, job.id + 1)
+    return set()
+
+
+def _job_update(cluster: Cluster, job_id: int, **changes: Any) -> set[str]:
+    job = cluster.jobs[job_id]
+    touched = {job.assigned} if job.assigned else set()
+    cluster.jobs[job_id] = new = replace(job, **changes)
+    if new.assigned:
+        touched.add(new.assigned)
+    return touched
+
+
+def _job_assigned(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    return _job_update(cluster, d["id"], state=JobState.ASSIGNED, assigned=d["key"])
+
+
+def _job_started(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    return _job_update(cluster, d["id"], state=JobState.RUNNING, started_at=fact.at)
+
+
+def _job_finished(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    code = d["exit_code"]
+    state = JobState.DONE if code == 0 else JobState.FAILED
+    return _job_update(cluster, d["id"], state=state, finished_at=fact.at, exit_code=code)
+
+
+def _job_requeued(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    job = cluster.jobs[d["id"]]
+    touched = {job.assigned} if job.assigned else set()
+    cluster.jobs[job.id] = replace(
+        job,
+        state=JobState.PENDING,
+        assigned="",
+        started_at=None,
+        requeues=job.requeues + 1,
+        note=d.get("why", ""),
+    )
+    return touched
+
+
+def _job_killed(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    return _job_update(
+        cluster, d["id"], state=JobState.KILLED, finished_at=fact.at, note=d.get("why", "")
+    )
+
+
+_HANDLERS = {
+    "expected": _expected,
+    "joined": _joined,
+    "rejoined": _rejoined,
+    "state": _state,
+    "drain": _drain,
+    "job_submitted": _job_submitted,
+    "job_assigned": _job_assigned,
+    "job_started": _job_started,
+    "job_finished": _job_finished,
+    "job_requeued": _job_requeued,
+    "job_killed": _job_killed,
+}

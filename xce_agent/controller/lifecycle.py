@@ -1,0 +1,481 @@
+"""The elastic-host lifecycle: decisions as pure functions of state, event and time.
+
+Each function reads the cluster and returns the facts to append (and, for joins and
+heartbeats, the answer). The live server and the simulator both call these, so the
+scheduler sees one lifecycle in both. Nothing here touches a clock, a socket or a disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from xce_agent.controller.config import ClusterConfig
+from xce_agent.controller.model import (
+    JOINED,
+    TERMINAL,
+    Cluster,
+    DrainPolicy,
+    Fact,
+    Host,
+    HostState,
+    JobState,
+)
+
+CONTROLLER = "controller"
+
+
+class Refused(Exception):
+    """A request the lifecycle turns down; `kind` is stable for clients to act on."""
+
+    def __init__(self, kind: str, status: int, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.message = message
+        self.details = details
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    name: str
+    instance_id: str = ""
+    template: str = ""
+    provider: str = ""
+    addresses: tuple[str, ...] = ()
+    boot_id: str = ""
+    roles: tuple[str, ...] = ()
+    resources: dict[str, Any] = field(default_factory=dict)
+    token: str = ""
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest() if token else ""
+
+
+def decommissioned(host: Host) -> Refused:
+    why = host.reason or "decommissioned"
+    return Refused(
+        "decommissioned",
+        410,
+        f"host {host.name or host.key} (instance {host.instance_id or '-'}) was "
+        f"decommissioned: {why}",
+        host=host.name,
+        instance_id=host.instance_id,
+        reason=why,
+    )
+
+
+def _fact(kind: str, now: float, by: str, **data: Any) -> Fact:
+    return Fact(kind, now, by, data)
+
+
+# --- provisioner ----------------------------------------------------------------------
+
+
+def expect(
+    cluster: Cluster,
+    cfg: ClusterConfig,
+    now: float,
+    by: str,
+    instance_id: str,
+    template: str,
+    expected_name: str = "",
+    expected_address: str = "",
+    deadline: float | None = None,
+    provider: str = "",
+    token: str = "",
+) -> list[Fact]:
+    if template not in cfg.templates:
+        known = ", ".join(sorted(cfg.templates))
+        raise Refused("unknown_template", 422, f"unknown template {template!r} (known: {known})")
+    if instance_id in cluster.hosts:
+        raise Refused("duplicate", 409, f"instance {instance_id} is already recorded")
+    when = deadline if deadline is not None else now + cfg.join_deadline
+    return [
+        _fact(
+            "expected",
+            now,
+            by,
+            instance_id=instance_id,
+            template=template,
+            expected_name=expected_name,
+            expected_address=expected_address,
+            deadline=when,
+            provider=provider,
+            token_hash=token_hash(token),
+        )
+    ]
+
+
+def to_return(cluster: Cluster) -> list[Host]:
+    """Provisioned instances the provisioner should give back."""
+    wanted = (HostState.OVERDUE, HostState.DECOMMISSIONED, HostState.LOST)
+    return [h for h in cluster.hosts.values() if h.provisioned and h.state in wanted]
+
+
+def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[Fact]:
+    host = cluster.hosts.get(instance_id)
+    if host is None or host not in to_return(cluster):
+        raise Refused("not_returnable", 409, f"instance {instance_id} is not on the to-return list")
+    return [_fact("state", now, by, key=host.key, state="returned", why="instance returned")]
+
+
+# --- joins and heartbeats -------------------------------------------------------------
+
+
+def _match(cluster: Cluster, req: JoinRequest) -> Host | None:
+    if req.instance_id and req.instance_id in cluster.hosts:
+        return cluster.hosts[req.instance_id]
+    waiting = (HostState.EXPECTED, HostState.OVERDUE)
+    for host in cluster.hosts.values():
+        if host.state not in waiting or not host.provisioned:
+            continue
+        if host.expected_name and host.expected_name == req.name:
+            return host
+        if host.expected_address and host.expected_address in req.addresses:
+            return host
+    return None
+
+
+def join(
+    cluster: Cluster, cfg: ClusterConfig, now: float, req: JoinRequest
+) -> tuple[Host, list[Fact]]:
+    """The host the request joins as, and the facts; Refused when it may not join."""
+    host = _match(cluster, req)
+    if host is not None:
+        return host, _join_matched(cluster, cfg, now, req, host)
+    key = f"host:{req.name}"
+    known = cluster.hosts.get(key)
+    if known is not None:
+        if known.state in TERMINAL:
+            raise decommissioned(known)
+        return known, _join_again(now, req, known)
+    if cfg.unmatched_joins == "refuse":
+        raise Refused(
+            "unmatched",
+            403,
+            f"host {req.name} (instance {req.instance_id or '-'}) matches no expected "
+            "instance and this cluster refuses unmatched joins",
+        )
+    if cfg.join_token and not hmac.compare_digest(
+        token_hash(req.token), token_hash(cfg.join_token)
+    ):
+        raise Refused("unauthorized", 401, "join token missing or wrong")
+    fact = _joined_fact(now, req, key, "default", provisioned=False, provider=req.provider)
+    return Host(key=key, state=HostState.OPEN, template="default"), [fact]
+
+
+def _join_matched(
+    cluster: Cluster, cfg: ClusterConfig, now: float, req: JoinRequest, host: Host
+) -> list[Fact]:
+    if host.state in TERMINAL:
+        raise decommissioned(host)
+    expected = host.token_hash or token_hash(cfg.join_token)
+    if expected and not hmac.compare_digest(token_hash(req.token), expected):
+        raise Refused("unauthorized", 401, f"join token for instance {host.instance_id} is wrong")
+    if host.name and host.name != req.name and host.state is not HostState.LOST:
+        raise Refused(
+            "duplicate",
+            409,
+            f"instance {host.instance_id} already joined as {host.name}; "
+            f"{req.name} cannot claim it",
+            host=host.name,
+            instance_id=host.instance_id,
+        )
+    if host.state in JOINED:
+        return _join_again(now, req, host)
+    return [
+        _joined_fact(
+            now,
+            req,
+            host.key,
+            host.template,
+            provisioned=True,
+            provider=host.provider,
+            instance_id=host.instance_id,
+        )
+    ]
+
+
+def _join_again(now: float, req: JoinRequest, host: Host) -> list[Fact]:
+    if host.state is HostState.LOST:
+        return [
+            _joined_fact(
+                now,
+                req,
+                host.key,
+                host.template,
+                host.provisioned,
+                host.provider,
+                host.instance_id,
+                why="rejoined after loss",
+            )
+        ]
+    return [
+        _fact(
+            "rejoined",
+            now,
+            req.name,
+            key=host.key,
+            boot_id=req.boot_id,
+            addresses=list(req.addresses),
+        )
+    ]
+
+
+def _joined_fact(
+    now: float,
+    req: JoinRequest,
+    key: str,
+    template: str,
+    provisioned: bool,
+    provider: str,
+    instance_id: str = "",
+    why: str = "",
+) -> Fact:
+    data: dict[str, Any] = dict(
+        key=key,
+        name=req.name,
+        instance_id=instance_id or req.instance_id,
+        template=template,
+        provisioned=provisioned,
+        provider=provider,
+        boot_id=req.boot_id,
+        addresses=list(req.addresses),
+        roles=list(req.roles),
+        resources=dict(req.resources),
+    )
+    if why:
+        data["why"] = why
+    return Fact("joined", now, req.name, data)
+
+
+def check_agent(cluster: Cluster, key: str, instance_id: str) -> Host:
+    """The host an agent speaks for on heartbeat/watch; Refused if it may not."""
+    host = cluster.hosts.get(key) or cluster.host_by_name(key)
+    if host is None:
+        raise Refused("unknown_host", 404, f"unknown host {key}: join first")
+    if instance_id and host.instance_id and instance_id != host.instance_id:
+        raise Refused(
+            "unknown_host",
+            404,
+            f"host {host.name} is instance {host.instance_id}, not {instance_id}",
+        )
+    if host.state in TERMINAL:
+        raise decommissioned(host)
+    return host
+
+
+def heartbeat(cluster: Cluster, now: float, host: Host) -> list[Fact]:
+    if host.state is HostState.LOST:
+        return [
+            _fact(
+                "state",
+                now,
+                host.name,
+                key=host.key,
+                state="open",
+                why="heartbeat resumed after loss",
+            )
+        ]
+    return []
+
+
+# --- admin control ---------------------------------------------------------------------
+
+
+def control(
+    cluster: Cluster,
+    cfg: ClusterConfig,
+    now: float,
+    by: str,
+    host: Host,
+    action: str,
+    drain_timeout: float | None = None,
+    policy: str | None = None,
+    why: str = "",
+) -> list[Fact]:
+    if host.state in TERMINAL:
+        raise Refused("conflict", 409, f"host {host.name or host.key} is {host.state.value}")
+    if action in ("open", "close"):
+        allowed = (HostState.OPEN, HostState.CLOSED)
+        if host.state not in allowed:
+            raise Refused(
+                "conflict",
+                409,
+                f"cannot {action} host {host.name or host.key}: it is {host.state.value}",
+            )
+        state = "open" if action == "open" else "closed"
+        return [
+            _fact("state", now, by, key=host.key, state=state, why=why or f"{action}ed by {by}")
+        ]
+    if action != "decommission":
+        raise Refused("bad_request", 422, f"unknown action {action!r}")
+    if host.state is HostState.DRAINING:
+        raise Refused("conflict", 409, f"host {host.name} is already draining")
+    if host.state not in JOINED:  # expected, overdue, lost: nothing runs there
+        return [
+            _fact(
+                "state",
+                now,
+                by,
+                key=host.key,
+                state="decommissioned",
+                why=why or f"decommissioned by {by}",
+            )
+        ]
+    chosen = DrainPolicy(policy) if policy else cfg.drain_policy
+    timeout = (
+        None
+        if chosen is DrainPolicy.WAIT
+        else (drain_timeout if drain_timeout is not None else cfg.drain_timeout)
+    )
+    facts = [
+        _fact(
+            "drain",
+            now,
+            by,
+            key=host.key,
+            timeout=timeout,
+            policy=chosen.value,
+            why=why or f"decommissioned by {by}",
+        )
+    ]
+    return facts
+
+
+# --- time -----------------------------------------------------------------------------
+
+
+def host_due(
+    cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, last_seen: float | None
+) -> list[Fact]:
+    """Facts that time alone makes due for one host: overdue, drained, lost."""
+    if host.state is HostState.EXPECTED and host.deadline is not None and now >= host.deadline:
+        return [
+            _fact(
+                "state",
+                now,
+                CONTROLLER,
+                key=host.key,
+                state="overdue",
+                why="not joined by its deadline",
+            )
+        ]
+    if host.state not in JOINED:
+        return []
+    seen = last_seen if last_seen is not None else (host.joined_at or now)
+    if now - seen > cfg.host_loss_grace:
+        facts = [
+            _fact("job_requeued", now, CONTROLLER, id=j.id, why=f"host {host.name} lost")
+            for j in cluster.jobs_on(host.key)
+        ]
+        return [
+            *facts,
+            _fact(
+                "state",
+                now,
+                CONTROLLER,
+                key=host.key,
+                state="lost",
+                why=f"no heartbeat for {now - seen:.0f}s",
+            ),
+        ]
+    if host.state is HostState.DRAINING and host.drain is not None:
+        return _drain_due(cluster, now, host)
+    return []
+
+
+def _drain_due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
+    assert host.drain is not None
+    jobs = cluster.jobs_on(host.key)
+    why = host.drain.why or "decommissioned"
+    if not jobs:
+        return [_fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=why)]
+    deadline = host.drain.deadline
+    if deadline is None or now < deadline:
+        return []
+    if host.drain.policy is DrainPolicy.KILL:
+        facts = [
+            _fact("job_killed", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
+            for j in jobs
+        ]
+    else:
+        facts = [
+            _fact("job_requeued", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
+            for j in jobs
+        ]
+    done = f"{why} (drain timed out after {host.drain.timeout:g}s: {host.drain.policy.value})"
+    return [*facts, _fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=done)]
+
+
+def next_due(host: Host, cfg: ClusterConfig, last_seen: float | None) -> float | None:
+    """When `host_due` may next return facts for this host (ignoring job completions)."""
+    if host.state is HostState.EXPECTED:
+        return host.deadline
+    if host.state not in JOINED:
+        return None
+    seen = last_seen if last_seen is not None else (host.joined_at or 0.0)
+    due = seen + cfg.host_loss_grace + 1e-6
+    if host.drain is not None and host.drain.deadline is not None:
+        due = min(due, host.drain.deadline)
+    return due
+
+
+# --- jobs -----------------------------------------------------------------------------
+
+
+def submit(
+    cluster: Cluster, now: float, by: str, command: Iterable[str], slots: int, host: str = ""
+) -> list[Fact]:
+    argv = list(command)
+    if not argv:
+        raise Refused("bad_request", 422, "a job needs a command")
+    return [
+        _fact("job_submitted", now, by, id=cluster.next_job, command=argv, slots=slots, host=host)
+    ]
+
+
+def place(cluster: Cluster, cfg: ClusterConfig, now: float) -> list[Fact]:
+    """FIFO placement of pending jobs on open hosts by free slots."""
+    free: dict[str, int] = {}
+    for host in cluster.hosts.values():
+        if host.state is HostState.OPEN:
+            template = cfg.templates.get(host.template)
+            free[host.key] = template.slots if template else 1
+    if not free:
+        return []
+    for job in cluster.jobs.values():
+        if job.state in (JobState.ASSIGNED, JobState.RUNNING) and job.assigned in free:
+            free[job.assigned] -= job.slots
+    facts = []
+    names = {h.key: h.name for h in cluster.hosts.values()}
+    for job in sorted(cluster.jobs.values(), key=lambda j: j.id):
+        if job.state is not JobState.PENDING:
+            continue
+        fits = [
+            k for k, n in free.items() if n >= job.slots and (not job.host or names[k] == job.host)
+        ]
+        if not fits:
+            continue
+        key = max(fits, key=lambda k: free[k])
+        free[key] -= job.slots
+        facts.append(_fact("job_assigned", now, CONTROLLER, id=job.id, key=key))
+    return facts
+
+
+def job_report(
+    cluster: Cluster, now: float, host: Host, job_id: int, event: str, exit_code: int | None = None
+) -> list[Fact]:
+    job = cluster.jobs.get(job_id)
+    if job is None or job.assigned != host.key:
+        raise Refused("not_found", 404, f"job {job_id} is not assigned to {host.name}")
+    if event == "started" and job.state is JobState.ASSIGNED:
+        return [_fact("job_started", now, host.name, id=job_id)]
+    if event == "finished" and job.state in (JobState.ASSIGNED, JobState.RUNNING):
+        return [_fact("job_finished", now, host.name, id=job_id, exit_code=exit_code or 0)]
+    return []

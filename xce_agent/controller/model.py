@@ -1,0 +1,141 @@
+"""The controller's records: hosts (expected or joined), jobs, and the facts that change them.
+
+Records are frozen; the cluster state is a set of dictionaries of them. A Fact is the unit of
+persistence: every lifecycle change is one, and replaying them in order rebuilds the state.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class HostState(enum.Enum):
+    EXPECTED = "expected"  # the provisioner recorded the instance; waiting for its join
+    OVERDUE = "overdue"  # not joined by its deadline: to be returned
+    OPEN = "open"  # joined, takes work
+    CLOSED = "closed"  # joined, takes no new work (admin)
+    DRAINING = "draining"  # decommission requested: waits for its jobs
+    DECOMMISSIONED = "decommissioned"  # removed; its rejoin is refused
+    LOST = "lost"  # missed heartbeats past the host-loss grace
+    RETURNED = "returned"  # the provisioner acknowledged giving the instance back
+
+
+# States in which a host is gone from the cluster for good.
+TERMINAL = (HostState.DECOMMISSIONED, HostState.RETURNED)
+JOINED = (HostState.OPEN, HostState.CLOSED, HostState.DRAINING)
+
+
+class DrainPolicy(enum.Enum):
+    REQUEUE = "requeue"
+    KILL = "kill"
+    WAIT = "wait"
+
+
+class JobState(enum.Enum):
+    PENDING = "pending"
+    ASSIGNED = "assigned"  # placed on a host, the worker has not reported it started
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    KILLED = "killed"
+
+
+ACTIVE_JOB = (JobState.ASSIGNED, JobState.RUNNING)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry of a host's state history."""
+
+    at: float
+    state: str
+    by: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Drain:
+    started_at: float
+    timeout: float | None  # None: policy wait, no deadline
+    policy: DrainPolicy
+    by: str
+    why: str
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.timeout is None else self.started_at + self.timeout
+
+
+@dataclass(frozen=True)
+class Host:
+    key: str  # the instance id for provisioned hosts, "host:NAME" for the others
+    state: HostState
+    template: str
+    name: str = ""  # the joined host name ("" while expected)
+    instance_id: str = ""
+    provider: str = ""
+    provisioned: bool = False
+    expected_name: str = ""
+    expected_address: str = ""
+    expected_at: float | None = None
+    deadline: float | None = None
+    token_hash: str = ""
+    joined_at: float | None = None
+    boot_id: str = ""
+    addresses: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()
+    resources: dict[str, Any] = field(default_factory=dict)
+    drain: Drain | None = None
+    reason: str = ""  # why it is in its current state
+    history: tuple[Change, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    command: tuple[str, ...]
+    slots: int
+    state: JobState
+    submitted_at: float
+    host: str = ""  # requested host name, "" for any
+    assigned: str = ""  # host key it is placed on
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    requeues: int = 0
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Fact:
+    """A durable change: `kind` names it, `data` carries its JSON-safe fields."""
+
+    kind: str
+    at: float
+    by: str
+    data: dict[str, Any]
+
+
+@dataclass
+class Cluster:
+    """The whole controller state: what replaying every fact produces."""
+
+    hosts: dict[str, Host] = field(default_factory=dict)
+    jobs: dict[int, Job] = field(default_factory=dict)
+    next_job: int = 1
+    version: int = 0  # number of facts applied
+
+    def host_by_name(self, name: str) -> Host | None:
+        """The live host called `name` (not decommissioned or returned), else the latest."""
+        found = [h for h in self.hosts.values() if name in (h.name, h.key)]
+        live = [h for h in found if h.state not in TERMINAL]
+        pool = live or found
+        return max(pool, key=lambda h: h.joined_at or h.expected_at or 0.0) if pool else None
+
+    def jobs_on(self, key: str) -> list[Job]:
+        return [j for j in self.jobs.values() if j.assigned == key and j.state in ACTIVE_JOB]
+
+    def used_slots(self, key: str) -> int:
+        return sum(j.slots for j in self.jobs_on(key))

@@ -1,0 +1,189 @@
+"""Request and answer bodies of the REST API; FastAPI derives the OpenAPI document from them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Name = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+
+
+class Lenient(BaseModel):
+    """Agents may send fields a newer protocol adds: unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="stable kind: decommissioned, unmatched, duplicate, ...")
+    message: str
+    host: Optional[str] = None
+    instance_id: Optional[str] = None
+    reason: Optional[str] = None
+    protocol: str = "1.0"
+
+
+class JoinBody(Lenient):
+    protocol: str = Field("1.0", max_length=16)
+    host: str = Name
+    instance_id: str = Field("", max_length=253)
+    template: str = Field("", max_length=253)
+    provider: str = Field("", max_length=253)
+    addresses: list[str] = Field(default_factory=list, max_length=64)
+    boot_id: str = Field("", max_length=64)
+    roles: list[str] = Field(default_factory=list, max_length=16)
+    resources: dict[str, Any] = Field(default_factory=dict)
+    agent_version: str = Field("", max_length=64)
+
+
+class TemplateBody(BaseModel):
+    name: str
+    type: str
+    model: str
+    slots: int
+    resources: dict[str, Any]
+    host_groups: list[str]
+    dispatch_windows: list[str]
+    roles: list[str]
+
+
+class JoinAnswer(BaseModel):
+    protocol: str
+    status: Literal["accepted"]
+    host: str
+    key: str
+    instance_id: str
+    provisioned: bool
+    state: str
+    template: TemplateBody
+    heartbeat_interval: float
+    host_loss_grace: float
+    version: int
+
+
+class ComponentReport(Lenient):
+    name: str = Field(max_length=128)
+    state: str = Field(max_length=32)
+    pid: Optional[int] = None
+    restarts: int = 0
+    last_exit: Optional[str] = Field(None, max_length=512)
+
+
+class HeartbeatBody(Lenient):
+    protocol: str = Field("1.0", max_length=16)
+    instance_id: str = Field("", max_length=253)
+    boot_id: str = Field("", max_length=64)
+    agent_state: str = Field("running", max_length=64)
+    components: list[ComponentReport] = Field(default_factory=list, max_length=64)
+
+
+class HostAnswer(BaseModel):
+    protocol: str
+    host: str
+    instance_id: str
+    state: str
+    reason: str
+    version: int
+    heartbeat_interval: float
+    host_loss_grace: float
+
+
+class JobBody(BaseModel):
+    id: int
+    command: list[str]
+    slots: int
+    state: str
+    submitted_at: float
+    host: str
+    assigned: str
+    started_at: Optional[float]
+    finished_at: Optional[float]
+    exit_code: Optional[int]
+    requeues: int
+    note: str
+
+
+class WatchAnswer(HostAnswer):
+    jobs: list[JobBody]
+
+
+class ChangeBody(BaseModel):
+    at: float
+    state: str
+    by: str
+    why: str
+
+
+class DrainBody(BaseModel):
+    started_at: float
+    timeout: Optional[float]
+    policy: str
+    by: str
+    why: str
+    deadline: Optional[float]
+
+
+class HostDetail(BaseModel):
+    key: str
+    name: str
+    state: str
+    reason: str
+    template: str
+    instance_id: str
+    provider: str
+    provisioned: bool
+    expected_name: str
+    expected_address: str
+    expected_at: Optional[float]
+    deadline: Optional[float]
+    joined_at: Optional[float]
+    last_seen: Optional[float]
+    addresses: list[str]
+    roles: list[str]
+    drain: Optional[DrainBody]
+    jobs_running: int
+    history: list[ChangeBody]
+    report: Optional[dict[str, Any]] = None
+
+
+class ExpectBody(Strict):
+    instance_id: str = Field(min_length=1, max_length=253, pattern=r"^\S+$")
+    template: str = Field(min_length=1, max_length=253)
+    expected_name: str = Field("", max_length=253)
+    expected_address: str = Field("", max_length=64)
+    deadline_in: Optional[float] = Field(None, gt=0, le=10 * 365 * 86400)
+    provider: str = Field("", max_length=253)
+    join_token: str = Field("", max_length=512)
+
+
+class ControlBody(Strict):
+    reason: str = Field("", max_length=512)
+
+
+class DecommissionBody(Strict):
+    drain_timeout: Optional[float] = Field(None, ge=0, le=30 * 86400)
+    policy: Optional[Literal["requeue", "kill", "wait"]] = None
+    reason: str = Field("", max_length=512)
+
+
+class SubmitBody(Strict):
+    command: list[str] = Field(min_length=1, max_length=256)
+    slots: int = Field(1, ge=1, le=4096)
+    host: str = Field("", max_length=253)
+
+
+class JobReportBody(Strict):
+    exit_code: int = Field(0, ge=-255, le=255)
+
+
+class InfoAnswer(BaseModel):
+    protocol: str
+    heartbeat_interval: float
+    host_loss_grace: float
+    unmatched_joins: str
+    templates: list[str]

@@ -1,0 +1,69 @@
+"""Run the controller's API with uvicorn: as a process (`xce-controller serve`) or embedded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from pathlib import Path
+
+import uvicorn
+
+from xce_agent.controller.api import create_app
+from xce_agent.controller.config import ClusterConfig
+from xce_agent.controller.service import Controller
+from xce_agent.controller.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def make_server(
+    cfg: ClusterConfig, db: Path, sock: socket.socket
+) -> tuple[uvicorn.Server, Controller]:
+    controller = Controller(cfg, Store(db))
+    config = uvicorn.Config(
+        create_app(controller),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_keep_alive=120,
+        backlog=1024,
+    )
+    return uvicorn.Server(config), controller
+
+
+class EmbeddedController:
+    """The controller on a free loopback port in a thread (demo, tests, benchmarks)."""
+
+    def __init__(self, cfg: ClusterConfig, db: Path, host: str = "127.0.0.1") -> None:
+        self.sock = bind(host, 0)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://{host}:{self.port}"
+        self.server, self.controller = make_server(cfg, db, self.sock)
+        self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self) -> EmbeddedController:
+        self._thread.start()
+        while not self.server.started and self._thread.is_alive():
+            threading.Event().wait(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
+        self.controller.store.close()
+        self.sock.close()

@@ -1,0 +1,94 @@
+"""SQLite persistence: facts appended in the same transaction as the state they produce.
+
+WAL mode with synchronous=FULL: a change is durable when `commit` returns, and only then is
+an answer sent, so `kill -9` loses nothing that was acknowledged. Heartbeat times are not
+lifecycle facts; they are flushed in batches so the grace timer resumes from stored time.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+from xce_agent.controller.codec import host_from_json, host_to_json, job_from_json, job_to_json
+from xce_agent.controller.facts import apply
+from xce_agent.controller.model import Cluster, Fact
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS facts (
+    seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, at REAL NOT NULL, by TEXT NOT NULL,
+    data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts (key TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL);
+"""
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def load(self) -> tuple[Cluster, dict[str, float]]:
+        """The stored state (from the state tables) and the last heartbeat times."""
+        cluster = Cluster()
+        for (data,) in self.db.execute("SELECT data FROM hosts"):
+            host = host_from_json(json.loads(data))
+            cluster.hosts[host.key] = host
+        for (data,) in self.db.execute("SELECT data FROM jobs"):
+            job = job_from_json(json.loads(data))
+            cluster.jobs[job.id] = job
+        cluster.next_job = max(cluster.jobs, default=0) + 1
+        (count,) = self.db.execute("SELECT COUNT(*) FROM facts").fetchone()
+        cluster.version = int(count)
+        seen = {key: at for key, at in self.db.execute("SELECT key, at FROM seen")}
+        return cluster, seen
+
+    def facts(self) -> list[Fact]:
+        rows = self.db.execute("SELECT kind, at, by, data FROM facts ORDER BY seq")
+        return [Fact(kind, at, by, json.loads(data)) for kind, at, by, data in rows]
+
+    def replay(self) -> Cluster:
+        """The state rebuilt from the facts alone."""
+        cluster = Cluster()
+        for fact in self.facts():
+            apply(cluster, fact)
+        return cluster
+
+    def commit(
+        self, facts: Iterable[Fact], cluster: Cluster, hosts: set[str], jobs: set[int]
+    ) -> None:
+        """Append facts and write the rows they changed, in one durable transaction."""
+        cur = self.db.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            cur.executemany(
+                "INSERT INTO facts (kind, at, by, data) VALUES (?, ?, ?, ?)",
+                [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts],
+            )
+            cur.executemany(
+                "INSERT OR REPLACE INTO hosts (key, data) VALUES (?, ?)",
+                [(k, json.dumps(host_to_json(cluster.hosts[k]))) for k in hosts],
+            )
+            cur.executemany(
+                "INSERT OR REPLACE INTO jobs (id, data) VALUES (?, ?)",
+                [(i, json.dumps(job_to_json(cluster.jobs[i]))) for i in jobs],
+            )
+            cur.execute("COMMIT")
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def save_seen(self, seen: dict[str, float]) -> None:
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO seen (key, at) VALUES (?, ?)", list(seen.items())
+            )
+
+    def close(self) -> None:
+        self.db.close()
