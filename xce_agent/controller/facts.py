@@ -113,7 +113,7 @@ def _job_submitted(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
         submitted_at=fact.at,
         host=d.get("host", ""),
     )
-    cluster.jobs[job.id] = job
+    cluster.put_job(job)
     cluster.next_job = max(cluster.next_job, job.id + 1)
     return set()
 
@@ -121,7 +121,7 @@ def _job_submitted(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
 def _job_update(cluster: Cluster, job_id: int, **changes: Any) -> set[str]:
     job = cluster.jobs[job_id]
     touched = {job.assigned} if job.assigned else set()
-    cluster.jobs[job_id] = new = replace(job, **changes)
+    cluster.put_job(new := replace(job, **changes))
     if new.assigned:
         touched.add(new.assigned)
     return touched
@@ -144,13 +144,15 @@ def _job_finished(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
 def _job_requeued(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     job = cluster.jobs[d["id"]]
     touched = {job.assigned} if job.assigned else set()
-    cluster.jobs[job.id] = replace(
-        job,
-        state=JobState.PENDING,
-        assigned="",
-        started_at=None,
-        requeues=job.requeues + 1,
-        note=d.get("why", ""),
+    cluster.put_job(
+        replace(
+            job,
+            state=JobState.PENDING,
+            assigned="",
+            started_at=None,
+            requeues=job.requeues + 1,
+            note=d.get("why", ""),
+        )
     )
     return touched
 

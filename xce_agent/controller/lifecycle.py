@@ -111,15 +111,19 @@ def expect(
     ]
 
 
+def returnable(host: Host) -> bool:
+    wanted = (HostState.OVERDUE, HostState.DECOMMISSIONED, HostState.LOST)
+    return host.provisioned and host.state in wanted
+
+
 def to_return(cluster: Cluster) -> list[Host]:
     """Provisioned instances the provisioner should give back."""
-    wanted = (HostState.OVERDUE, HostState.DECOMMISSIONED, HostState.LOST)
-    return [h for h in cluster.hosts.values() if h.provisioned and h.state in wanted]
+    return [h for h in cluster.hosts.values() if returnable(h)]
 
 
 def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[Fact]:
     host = cluster.hosts.get(instance_id)
-    if host is None or host not in to_return(cluster):
+    if host is None or not returnable(host):
         raise Refused("not_returnable", 409, f"instance {instance_id} is not on the to-return list")
     return [_fact("state", now, by, key=host.key, state="returned", why="instance returned")]
 

@@ -126,6 +126,16 @@ class Cluster:
     jobs: dict[int, Job] = field(default_factory=dict)
     next_job: int = 1
     version: int = 0  # number of facts applied
+    active: dict[str, set[int]] = field(default_factory=dict)  # host key -> active job ids
+
+    def put_job(self, job: Job) -> None:
+        """Store a job and keep the per-host index of active jobs current."""
+        old = self.jobs.get(job.id)
+        if old is not None and old.assigned:
+            self.active.get(old.assigned, set()).discard(job.id)
+        self.jobs[job.id] = job
+        if job.assigned and job.state in ACTIVE_JOB:
+            self.active.setdefault(job.assigned, set()).add(job.id)
 
     def host_by_name(self, name: str) -> Host | None:
         """The live host called `name` (not decommissioned or returned), else the latest."""
@@ -135,7 +145,7 @@ class Cluster:
         return max(pool, key=lambda h: h.joined_at or h.expected_at or 0.0) if pool else None
 
     def jobs_on(self, key: str) -> list[Job]:
-        return [j for j in self.jobs.values() if j.assigned == key and j.state in ACTIVE_JOB]
+        return [self.jobs[i] for i in sorted(self.active.get(key, ()))]
 
     def used_slots(self, key: str) -> int:
         return sum(j.slots for j in self.jobs_on(key))

@@ -41,8 +41,7 @@ class Store:
             host = host_from_json(json.loads(data))
             cluster.hosts[host.key] = host
         for (data,) in self.db.execute("SELECT data FROM jobs"):
-            job = job_from_json(json.loads(data))
-            cluster.jobs[job.id] = job
+            cluster.put_job(job_from_json(json.loads(data)))
         cluster.next_job = max(cluster.jobs, default=0) + 1
         (count,) = self.db.execute("SELECT COUNT(*) FROM facts").fetchone()
         cluster.version = int(count)

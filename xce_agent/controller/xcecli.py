@@ -1,0 +1,267 @@
+"""`xcecli`: the admin CLI of the reference controller (the name the brief uses).
+
+Exit codes: 0 ok; 1 the controller refused (its message printed as one line); 2 usage;
+3 the controller could not be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import click
+import requests
+
+EX_REFUSED = 1
+EX_UNREACHABLE = 3
+
+
+class Client:
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url.rstrip("/")
+        self.session = requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self.session.request(method, self.url + path, timeout=30, **kwargs)
+        except requests.RequestException as exc:
+            click.echo(f"xcecli: cannot reach {self.url}: {type(exc).__name__}", err=True)
+            sys.exit(EX_UNREACHABLE)
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code >= 400:
+            message = body.get("message") if isinstance(body, dict) else response.text[:200]
+            click.echo(f"xcecli: {response.status_code}: {message}", err=True)
+            sys.exit(EX_REFUSED)
+        return body
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+@click.group()
+@click.option(
+    "--url",
+    envvar="XCE_CONTROLLER_URL",
+    default="http://127.0.0.1:7870",
+    show_default=True,
+    help="Controller URL ($XCE_CONTROLLER_URL).",
+)
+@click.option(
+    "--token", envvar="XCE_ADMIN_TOKEN", default="", help="Admin token ($XCE_ADMIN_TOKEN)."
+)
+@click.pass_context
+def main(ctx: click.Context, url: str, token: str) -> None:
+    """Admin CLI of the XCE reference controller."""
+    ctx.obj = Client(url, token)
+
+
+def _out(data: Any, as_json: bool, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
+
+
+def _host_rows(hosts: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            h["name"] or "-",
+            h["state"],
+            h["instance_id"] or "-",
+            h["template"],
+            "yes" if h["provisioned"] else "no",
+            str(h["jobs_running"]),
+            _when(h["joined_at"]),
+            _when(h["deadline"]) if h["state"] in ("expected", "overdue") else "-",
+            h["reason"],
+        ]
+        for h in hosts
+    ]
+    header = [
+        "HOST",
+        "STATE",
+        "INSTANCE",
+        "TEMPLATE",
+        "PROV",
+        "JOBS",
+        "JOINED",
+        "DEADLINE",
+        "REASON",
+    ]
+    return _table(rows, header)
+
+
+@main.command()
+@click.option("--all", "show_all", is_flag=True, help="Include decommissioned and returned.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def hosts(client: Client, show_all: bool, as_json: bool) -> None:
+    """List hosts."""
+    data = client.call("GET", "/v1/hosts", params={"all": str(show_all).lower()})
+    _out(data, as_json, _host_rows(data))
+
+
+@main.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def host(client: Client, name: str, as_json: bool) -> None:
+    """Show one host with its provisioning details and state history."""
+    h = client.call("GET", f"/v1/hosts/{name}")
+    lines = [
+        f"{k:<17} {h[k] if h[k] not in (None, '') else '-'}"
+        for k in (
+            "name",
+            "state",
+            "reason",
+            "instance_id",
+            "template",
+            "provider",
+            "provisioned",
+            "expected_name",
+            "expected_address",
+            "jobs_running",
+        )
+    ]
+    lines += [
+        f"{k:<17} {_when(h[k])}" for k in ("expected_at", "deadline", "joined_at", "last_seen")
+    ]
+    if h["drain"]:
+        d = h["drain"]
+        lines.append(
+            f"{'drain':<17} policy {d['policy']}, timeout {d['timeout']}, "
+            f"deadline {_when(d['deadline'])}"
+        )
+    lines.append("history:")
+    lines += [
+        f"  {_when(c['at'])}  {c['state']:<15} by {c['by']}: {c['why']}" for c in h["history"]
+    ]
+    _out(h, as_json, "\n".join(lines))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def expected(client: Client, as_json: bool) -> None:
+    """Expected instances, overdue ones included."""
+    data = client.call("GET", "/v1/expected")
+    _out(data, as_json, _host_rows(data))
+
+
+@main.command()
+@click.argument("instance_id")
+@click.option("--template", required=True)
+@click.option("--name", "expected_name", default="", help="Expected host name.")
+@click.option("--address", "expected_address", default="", help="Expected address.")
+@click.option("--deadline", "deadline_in", type=float, help="Seconds to join (default: config).")
+@click.option("--provider", default="")
+@click.option("--join-token", default="", help="Per-instance join token.")
+@click.pass_obj
+def expect(client: Client, instance_id: str, **fields: Any) -> None:
+    """Record an expected instance."""
+    body = {k: v for k, v in fields.items() if v not in (None, "")}
+    h = client.call("POST", "/v1/expected", json={"instance_id": instance_id, **body})
+    click.echo(f"expected {h['instance_id']} ({h['template']}) until {_when(h['deadline'])}")
+
+
+def _control(client: Client, name: str, action: str, body: dict[str, Any]) -> None:
+    h = client.call("POST", f"/v1/hosts/{name}/{action}", json=body)
+    click.echo(f"{h['name'] or h['key']}: {h['state']} ({h['reason']})")
+
+
+@main.command("open")
+@click.argument("name")
+@click.pass_obj
+def open_(client: Client, name: str) -> None:
+    """Open a host to new work."""
+    _control(client, name, "open", {})
+
+
+@main.command()
+@click.argument("name")
+@click.pass_obj
+def close(client: Client, name: str) -> None:
+    """Close a host to new work."""
+    _control(client, name, "close", {})
+
+
+@main.command()
+@click.argument("name")
+@click.option("--drain-timeout", type=float, help="Seconds before the policy applies.")
+@click.option("--policy", type=click.Choice(["requeue", "kill", "wait"]))
+@click.option("--reason", default="")
+@click.pass_obj
+def decommission(
+    client: Client, name: str, drain_timeout: float | None, policy: str | None, reason: str
+) -> None:
+    """Drain a host, then decommission it (its rejoin is refused)."""
+    body: dict[str, Any] = {"reason": reason}
+    if drain_timeout is not None:
+        body["drain_timeout"] = drain_timeout
+    if policy:
+        body["policy"] = policy
+    _control(client, name, "decommission", body)
+
+
+@main.command("to-return")
+@click.option("--ack", "ack_id", help="Acknowledge that this instance was returned.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
+    """Instances to give back to the provider (overdue, decommissioned, lost)."""
+    if ack_id:
+        h = client.call("POST", f"/v1/to-return/{ack_id}/ack")
+        click.echo(f"{h['instance_id']}: {h['state']}")
+        return
+    data = client.call("GET", "/v1/to-return")
+    _out(data, as_json, _host_rows(data))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def jobs(client: Client, as_json: bool) -> None:
+    """List jobs."""
+    data = client.call("GET", "/v1/jobs")
+    rows = [
+        [
+            str(j["id"]),
+            j["state"],
+            j["assigned"] or "-",
+            str(j["slots"]),
+            " ".join(j["command"])[:40],
+            j["note"],
+        ]
+        for j in data
+    ]
+    _out(data, as_json, _table(rows, ["JOB", "STATE", "HOST", "SLOTS", "COMMAND", "NOTE"]))
+
+
+@main.command()
+@click.argument("command", nargs=-1, required=True)
+@click.option("--slots", default=1, show_default=True)
+@click.option("--host", "on_host", default="", help="Run on this host only.")
+@click.pass_obj
+def submit(client: Client, command: tuple[str, ...], slots: int, on_host: str) -> None:
+    """Submit a job: xcecli submit -- sleep 30"""
+    j = client.call(
+        "POST", "/v1/jobs", json={"command": list(command), "slots": slots, "host": on_host}
+    )
+    click.echo(f"job {j['id']} {j['state']}")
+
+
+if __name__ == "__main__":
+    main(prog_name=os.path.basename(sys.argv[0]))
