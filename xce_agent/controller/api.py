@@ -10,6 +10,8 @@ from typing import Annotated, Any, Optional
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from xce_agent.controller import lifecycle as lc
 from xce_agent.controller.codec import host_to_json, job_to_json
@@ -33,7 +35,7 @@ from xce_agent.controller.schemas import (
 from xce_agent.controller.service import PROTOCOL, Controller
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (401, 403, 404, 409, 410, 422)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 422)
 }
 
 
@@ -51,6 +53,14 @@ def _admin(request: Request, authorization: Annotated[Optional[str], Header()] =
 
 
 Admin = Annotated[str, Depends(_admin)]
+
+
+def _allowed(app: FastAPI, path: str) -> list[str]:
+    methods: set[str] = set()
+    for route in app.routes:
+        if isinstance(route, APIRoute) and route.path_regex.match(path):
+            methods |= route.methods or set()
+    return sorted(methods)
 
 
 def create_app(ctl: Controller) -> FastAPI:
@@ -73,6 +83,19 @@ def create_app(ctl: Controller) -> FastAPI:
     async def refused(request: Request, exc: lc.Refused) -> JSONResponse:
         body = {"error": exc.kind, "message": exc.message, "protocol": PROTOCOL, **exc.details}
         return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
+        body = {
+            "error": kinds.get(exc.status_code, "error"),
+            "message": str(exc.detail),
+            "protocol": PROTOCOL,
+        }
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # one path may be served by several routes
+            headers["Allow"] = ", ".join(_allowed(app, request.url.path))
+        return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -91,7 +91,7 @@ def expect(
 ) -> list[Fact]:
     if template not in cfg.templates:
         known = ", ".join(sorted(cfg.templates))
-        raise Refused("unknown_template", 422, f"unknown template {template!r} (known: {known})")
+        raise Refused("unknown_template", 404, f"unknown template {template!r} (known: {known})")
     if instance_id in cluster.hosts:
         raise Refused("duplicate", 409, f"instance {instance_id} is already recorded")
     when = deadline if deadline is not None else now + cfg.join_deadline

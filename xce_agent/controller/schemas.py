@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _json_number(value: Any) -> Any:
+    """JSON Schema's number and integer: no booleans, no numeric strings (pydantic's lax mode
+    would coerce both), but 3.0 is an integer."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("expected a number")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_number)]
+JsonFloat = Annotated[float, BeforeValidator(_json_number)]
 
 Name = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
@@ -69,8 +81,8 @@ class JoinAnswer(BaseModel):
 class ComponentReport(Lenient):
     name: str = Field(max_length=128)
     state: str = Field(max_length=32)
-    pid: Optional[int] = None
-    restarts: int = 0
+    pid: Optional[JsonInt] = None
+    restarts: JsonInt = 0
     last_exit: Optional[str] = Field(None, max_length=512)
 
 
@@ -156,7 +168,9 @@ class ExpectBody(Strict):
     template: str = Field(min_length=1, max_length=253)
     expected_name: str = Field("", max_length=253)
     expected_address: str = Field("", max_length=64)
-    deadline_in: Optional[float] = Field(None, gt=0, le=10 * 365 * 86400)
+    deadline_in: Optional[
+        Annotated[float, Field(gt=0, le=10 * 365 * 86400), BeforeValidator(_json_number)]
+    ] = None
     provider: str = Field("", max_length=253)
     join_token: str = Field("", max_length=512)
 
@@ -166,19 +180,21 @@ class ControlBody(Strict):
 
 
 class DecommissionBody(Strict):
-    drain_timeout: Optional[float] = Field(None, ge=0, le=30 * 86400)
+    drain_timeout: Optional[
+        Annotated[float, Field(ge=0, le=30 * 86400), BeforeValidator(_json_number)]
+    ] = None
     policy: Optional[Literal["requeue", "kill", "wait"]] = None
     reason: str = Field("", max_length=512)
 
 
 class SubmitBody(Strict):
     command: list[str] = Field(min_length=1, max_length=256)
-    slots: int = Field(1, ge=1, le=4096)
+    slots: Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_number)] = 1
     host: str = Field("", max_length=253)
 
 
 class JobReportBody(Strict):
-    exit_code: int = Field(0, ge=-255, le=255)
+    exit_code: Annotated[int, Field(ge=-255, le=255), BeforeValidator(_json_number)] = 0
 
 
 class InfoAnswer(BaseModel):

@@ -170,7 +170,7 @@ def expected(client: Client, as_json: bool) -> None:
 @click.option("--provider", default="")
 @click.option("--join-token", default="", help="Per-instance join token.")
 @click.pass_obj
-def expect(client: Client, instance_id: str, **fields: Any) -> None:
+def expect(client: Client, /, instance_id: str, **fields: Any) -> None:
     """Record an expected instance."""
     body = {k: v for k, v in fields.items() if v not in (None, "")}
     h = client.call("POST", "/v1/expected", json={"instance_id": instance_id, **body})

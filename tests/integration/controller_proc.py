@@ -1,0 +1,64 @@
+"""Start `xce-controller serve` as a real process on 127.0.0.1:0 for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+
+class ControllerProcess:
+    def __init__(self, workdir: Path, config: str | None = None) -> None:
+        self.workdir = workdir
+        self.db = workdir / "controller.db"
+        self.config = workdir / "cluster.yaml"
+        if config is not None:
+            self.config.write_text(config)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self) -> ControllerProcess:
+        port_file = self.workdir / "port"
+        port_file.unlink(missing_ok=True)
+        args = [
+            sys.executable,
+            "-m",
+            "xce_agent.controller",
+            "serve",
+            "--db",
+            str(self.db),
+            "--listen",
+            "127.0.0.1:0",
+            "--port-file",
+            str(port_file),
+        ]
+        if self.config.exists():
+            args += ["--config", str(self.config)]
+        with open(self.workdir / "controller.log", "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if port_file.exists() and port_file.read_text().strip():
+                self.url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+                try:
+                    requests.get(self.url + "/v1/info", timeout=1)
+                    return self
+                except requests.ConnectionError:
+                    pass
+            if self.proc.poll() is not None:
+                raise RuntimeError((self.workdir / "controller.log").read_text())
+            time.sleep(0.05)
+        raise RuntimeError("controller did not start")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)

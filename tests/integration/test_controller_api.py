@@ -1,0 +1,205 @@
+"""The reference controller as a real process: REST flows, durability under kill -9, replay."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.integration.controller_proc import ControllerProcess
+from xce_agent.controller.store import Store
+
+CONFIG = """\
+version: 1
+heartbeat_interval: 1s
+host_loss_grace: 3s
+agent_max_restart_backoff: 1s
+rejoin_allowance: 1s
+defaults: {join_deadline: 10m, drain_timeout: 5m, drain_policy: requeue}
+auth: {admin_token: adm1n}
+templates:
+  default: {slots: 2}
+  gpu-large: {type: X86_64, model: gpu, slots: 8, host_groups: [gpu], roles: [worker]}
+"""
+ADMIN = {"Authorization": "Bearer adm1n"}
+
+
+@pytest.fixture
+def ctl(tmp_path: Path) -> Iterator[ControllerProcess]:
+    proc = ControllerProcess(tmp_path, CONFIG).start()
+    yield proc
+    proc.stop()
+
+
+def post(
+    ctl: ControllerProcess, path: str, body: object = None, admin: bool = True, **kw: object
+) -> requests.Response:
+    headers = ADMIN if admin else {}
+    return requests.post(ctl.url + path, json=body or {}, headers=headers, timeout=10, **kw)  # type: ignore[arg-type]
+
+
+def get(ctl: ControllerProcess, path: str, **params: object) -> requests.Response:
+    return requests.get(ctl.url + path, headers=ADMIN, params=params, timeout=10)  # type: ignore[arg-type]
+
+
+def test_provisioned_join_gets_its_template(ctl: ControllerProcess) -> None:
+    r = post(
+        ctl,
+        "/v1/expected",
+        {"instance_id": "i-1", "template": "gpu-large", "expected_name": "gpu1", "provider": "aws"},
+    )
+    assert r.status_code == 201 and r.json()["state"] == "expected"
+    r = post(
+        ctl,
+        "/v1/join",
+        {"host": "gpu1", "instance_id": "i-1", "boot_id": "b1", "future_field": 1},
+        admin=False,
+    )
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "accepted" and body["provisioned"] is True
+    assert body["template"]["slots"] == 8 and body["template"]["host_groups"] == ["gpu"]
+    assert body["heartbeat_interval"] == 1.0 and body["host_loss_grace"] == 3.0
+    detail = get(ctl, "/v1/hosts/gpu1").json()
+    assert detail["provider"] == "aws" and detail["joined_at"] is not None
+    assert [c["state"] for c in detail["history"]] == ["expected", "open"]
+
+
+def test_admin_calls_need_the_token(ctl: ControllerProcess) -> None:
+    r = requests.get(ctl.url + "/v1/hosts", timeout=5)
+    assert r.status_code == 401 and r.json()["error"] == "unauthorized"
+    r = requests.get(ctl.url + "/v1/hosts", headers={"Authorization": "Bearer nope"}, timeout=5)
+    assert r.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/join", b"not json"),
+        ("/v1/join", b'{"host": ""}'),
+        ("/v1/join", b'{"host": 5}'),
+        ("/v1/join", b"[]"),
+        ("/v1/expected", b'{"instance_id": "x"}'),
+        ("/v1/expected", b'{"instance_id": "x", "template": "nope"}'),
+        ("/v1/jobs", b'{"command": []}'),
+        ("/v1/hosts/ghost/decommission", b"{}"),
+        ("/v1/hosts/x/heartbeat", b'{"components": "no"}'),
+    ],
+)
+def test_malformed_requests_get_a_4xx_json_error(
+    ctl: ControllerProcess, path: str, body: bytes
+) -> None:
+    r = requests.post(
+        ctl.url + path, data=body, timeout=5, headers={**ADMIN, "Content-Type": "application/json"}
+    )
+    assert 400 <= r.status_code < 500
+    assert isinstance(r.json()["error"], str) and r.json()["message"]
+
+
+def test_watch_returns_as_soon_as_the_host_changes(ctl: ControllerProcess) -> None:
+    post(ctl, "/v1/join", {"host": "n1"}, admin=False)
+    version = post(ctl, "/v1/hosts/n1/heartbeat", {}, admin=False).json()["version"]
+    began = time.monotonic()
+    import threading
+
+    def later() -> None:
+        time.sleep(0.3)
+        post(ctl, "/v1/hosts/n1/decommission", {"reason": "test"})
+
+    threading.Thread(target=later).start()
+    r = requests.get(
+        ctl.url + "/v1/hosts/n1/watch", params={"since": version, "timeout": 20}, timeout=30
+    )
+    assert time.monotonic() - began < 5
+    assert r.status_code == 410
+    assert r.json() == {
+        "error": "decommissioned",
+        "host": "n1",
+        "instance_id": "",
+        "reason": "test",
+        "protocol": "1.0",
+        "message": "host n1 (instance -) was decommissioned: test",
+    }
+
+
+def test_jobs_drain_and_to_return_through_xcecli(ctl: ControllerProcess) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "xce_agent.controller.xcecli",
+                "--url",
+                ctl.url,
+                "--token",
+                "adm1n",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    assert cli("expect", "i-7", "--template", "default", "--name", "n7").returncode == 0
+    post(ctl, "/v1/join", {"host": "n7", "instance_id": "i-7"}, admin=False)
+    assert "job 1 assigned" in cli("submit", "--", "sleep", "100").stdout
+    post(ctl, "/v1/hosts/n7/jobs/1/started", {}, admin=False)
+    out = cli("decommission", "n7", "--policy", "kill", "--drain-timeout", "0.5")
+    assert "n7: draining" in out.stdout
+    time.sleep(1.2)
+    hosts = cli("hosts", "--all")
+    assert "decommissioned" in hosts.stdout and "i-7" in hosts.stdout
+    assert "n7" not in cli("hosts").stdout
+    assert "killed" in cli("jobs").stdout
+    assert "i-7" in cli("to-return").stdout
+    assert cli("to-return", "--ack", "i-7").stdout.strip() == "i-7: returned"
+    bad = cli("decommission", "ghost")
+    assert bad.returncode == 1 and bad.stderr.strip() == "xcecli: 404: no host ghost"
+    host = cli("host", "n7")
+    assert "history:" in host.stdout and "returned" in host.stdout
+
+
+def test_kill_9_loses_nothing_acknowledged_and_replay_matches(tmp_path: Path) -> None:
+    ctl = ControllerProcess(tmp_path, CONFIG).start()
+    acked = []
+    for i in range(40):
+        r = post(ctl, "/v1/expected", {"instance_id": f"i-{i}", "template": "default"})
+        assert r.status_code == 201
+        acked.append(f"i-{i}")
+        if i % 10 == 0:
+            post(ctl, "/v1/join", {"host": f"n{i}", "instance_id": f"i-{i}"}, admin=False)
+    post(ctl, "/v1/jobs", {"command": ["true"]})
+    ctl.kill()
+    ctl.start()
+    try:
+        expected = {h["instance_id"] for h in get(ctl, "/v1/hosts", all="true").json()}
+        assert set(acked) <= expected
+        assert get(ctl, "/v1/jobs").json()[0]["id"] == 1
+    finally:
+        ctl.stop()
+    store = Store(ctl.db)
+    stored, _ = store.load()
+    replayed = store.replay()
+    assert stored.hosts == replayed.hosts and stored.jobs == replayed.jobs
+    assert stored.version == replayed.version == len(store.facts())
+    store.close()
+
+
+def test_restart_resumes_deadlines_from_stored_time(tmp_path: Path) -> None:
+    ctl = ControllerProcess(tmp_path, CONFIG).start()
+    post(ctl, "/v1/expected", {"instance_id": "i-1", "template": "default", "deadline_in": 1.5})
+    post(ctl, "/v1/join", {"host": "n2"}, admin=False)
+    ctl.kill()
+    time.sleep(3.5)  # both the join deadline and the loss grace pass while it is down
+    ctl.start()
+    try:
+        time.sleep(0.6)
+        hosts = {h["key"]: h["state"] for h in get(ctl, "/v1/hosts", all="true").json()}
+        assert hosts == {"i-1": "overdue", "host:n2": "lost"}
+    finally:
+        ctl.stop()
