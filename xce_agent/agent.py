@@ -22,6 +22,7 @@ from pathlib import Path
 
 from xce_agent.config import AgentConfig
 from xce_agent.errors import StateError
+from xce_agent.membership import Membership
 from xce_agent.notify import Notifier, watchdog_interval
 from xce_agent.state import (
     AgentRecord,
@@ -85,6 +86,13 @@ class Agent:
             on_decommission_exit=self._decommission_exit,
         )
         self.state = AgentState(instance_id=config.instance.id, roles=config.roles)
+        self.membership = Membership(
+            config,
+            self.supervisor,
+            lambda: self.state,
+            self._replace_state,
+            self.reactor.call_soon_threadsafe,
+        )
         self._since: dict[str, float] = {}
         self._lock_fd: int | None = None
         self._exit_code = 0
@@ -101,7 +109,8 @@ class Agent:
             self._record_self(previous)
             self._install_signals()
             self._resume(previous)
-            self._set_lifecycle("running")
+            if self.state.lifecycle != "decommissioned":
+                self._set_lifecycle("running")
             self.notifier.notify("READY=1")
             self._start_watchdog()
             self.reactor.run(until=self._done)
@@ -162,7 +171,7 @@ class Agent:
             marked = self.supervisor.runner.find_marked(spec)
             if marked is not None and self.supervisor.adopt(name, marked):
                 log.warning("%s: adopted unrecorded process %d by its markers", name, marked.pid)
-        self.supervisor.start_all()
+        self.membership.start()
 
     def _retire_unknown(self, name: str, identity: ProcessIdentity) -> None:
         """A component removed from the config but still running from before: stop it."""
@@ -202,6 +211,7 @@ class Agent:
         return self._leaving == "stop" and self.supervisor.idle()
 
     def _finish(self) -> None:
+        self.membership.stop()
         self.notifier.notify("STOPPING=1")
         lifecycle = "stopped" if self._leaving == "stop" else "detached"
         if self.state.tombstone is not None:
@@ -232,9 +242,17 @@ class Agent:
     def _component_changed(self, name: str, cstate: m.ComponentState) -> None:
         self._since[name] = time.time()
         self._refresh_components()
+        self.membership.components_changed()
 
     def _decommission_exit(self, name: str, code: int) -> None:
-        log.warning("%s exited with decommission code %d", name, code)
+        self.membership.worker_says_decommissioned(name, code)
+
+    def _replace_state(self, state: AgentState) -> None:
+        tombstone_changed = state.tombstone != self.state.tombstone
+        self.state = state
+        self._save()
+        if tombstone_changed and self.writer is not None:
+            self.writer.flush()  # the tombstone is on disk before the worker is stopped
 
     def _refresh_components(self) -> None:
         identities = self.supervisor.identities()

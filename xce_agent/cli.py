@@ -123,3 +123,17 @@ def stop(config_file: str | None, timeout: float) -> None:
         click.echo("xce-agent: no running agent found, or it did not stop in time", err=True)
         sys.exit(1)
     click.echo("xce-agent: components stopped, agent exited")
+
+
+@main.command("sample-worker")
+def sample_worker() -> None:
+    """Stand-in for XCE's worker daemon (reads the template the agent hands it)."""
+    from xce_agent.sample_worker import main as worker_main
+
+    try:
+        sys.exit(worker_main())
+    except KeyError as exc:
+        click.echo(
+            f"xce-agent sample-worker: {exc.args[0]} is not set: run it under the agent", err=True
+        )
+        sys.exit(2)

@@ -36,6 +36,7 @@ CONFIG_VERSION = 1
 KNOWN_ROLES = ("worker", "provisioner", "reverse-proxy")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")
 _URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 
 
@@ -53,6 +54,7 @@ class InstanceConfig:
     id: str
     template: str = "default"
     provider: str = ""
+    host_name: str = ""  # the name to join as; "" means this system's host name
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ def _instance(doc: LineDict, c: Checker, instance_data: Path) -> InstanceConfig 
     if node is None:
         return None
     p = "instance"
-    c.allowed_keys(node, p, ("id", "template", "provider"))
+    c.allowed_keys(node, p, ("id", "template", "provider", "host_name"))
     ident = c.string(node, "id", p, expected="an instance id or auto")
     template = c.string(
         node,
@@ -199,11 +201,20 @@ def _instance(doc: LineDict, c: Checker, instance_data: Path) -> InstanceConfig 
         expected="a template name (letters, digits, . _ -)",
     )
     provider = c.string(node, "provider", p, required=False, default="")
+    host_name = c.string(
+        node,
+        "host_name",
+        p,
+        required=False,
+        default="",
+        pattern=_HOST,
+        expected="a host name (letters, digits, . -)",
+    )
     if ident == "auto":
         ident = _instance_id_from_cloud_init(instance_data, c, node.key_lines.get("id", node.line))
-    if ident is None or template is None or provider is None:
+    if ident is None or template is None or provider is None or host_name is None:
         return None
-    return InstanceConfig(ident, template, provider)
+    return InstanceConfig(ident, template, provider, host_name)
 
 
 def _instance_id_from_cloud_init(instance_data: Path, c: Checker, line: int) -> str | None:

@@ -164,8 +164,9 @@ def create_app(ctl: Controller) -> FastAPI:
     async def heartbeat(
         name: str, body: HeartbeatBody, authorization: Annotated[Optional[str], Header()] = None
     ) -> dict[str, Any]:
-        host = ctl.agent_host(name, body.instance_id, _bearer(authorization))
         report = body.model_dump()
+        ctl.record_report(name, body.instance_id, report)
+        host = ctl.agent_host(name, body.instance_id, _bearer(authorization))
         return answer(ctl.heartbeat(host, report))
 
     @app.get("/v1/hosts/{name}/watch", response_model=WatchAnswer, responses=ERRORS)

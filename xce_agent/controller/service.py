@@ -128,6 +128,13 @@ class Controller:
             raise lc.Refused("unauthorized", 401, f"token for host {host.name} is wrong")
         return host
 
+    def record_report(self, name: str, instance_id: str, report: dict[str, Any]) -> None:
+        """Keep what a decommissioned host's agent last said (its worker stopped, say), so
+        the provisioner can see it before returning the instance; its heartbeat is refused."""
+        host = self.cluster.host_by_name(name)
+        if host is not None and host.state in TERMINAL and host.instance_id == instance_id:
+            self.reports[host.key] = {**report, "at": self.clock()}
+
     def heartbeat(self, host: Host, report: dict[str, Any]) -> Host:
         now = self.clock()
         self.seen[host.key] = now

@@ -207,6 +207,12 @@ class ProcessRunner:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.owner = owner  # who started the process (the agent's state directory)
         self._envs: dict[str, dict[str, str]] = {}
+        self._extra: dict[str, dict[str, str]] = {}
+
+    def set_extra_env(self, name: str, env: Mapping[str, str]) -> None:
+        """Variables the owner adds for the next starts of `name` (the worker's template)."""
+        self._extra[name] = dict(env)
+        self._envs.pop(name, None)
 
     def spawn(self, spec: ComponentSpec, output: OutputPipe | None) -> Handle:
         out = output.child_fd() if output else subprocess.DEVNULL
@@ -236,7 +242,9 @@ class ProcessRunner:
     def _env(self, spec: ComponentSpec) -> dict[str, str]:
         env = self._envs.get(spec.name)
         if env is None:
-            env = self._envs[spec.name] = component_env(spec, self.base_env, self.owner)
+            env = component_env(spec, self.base_env, self.owner)
+            env.update(self._extra.get(spec.name, {}))
+            self._envs[spec.name] = env
         return env
 
     def adopt(self, recorded: ProcessIdentity, spec: ComponentSpec) -> Handle | None:

@@ -1,0 +1,108 @@
+"""The agent's side of the controller protocol (version 1): requests it sends, answers it trusts.
+
+Only a well-formed answer counts. A refusal stops the worker only when it is a 410 whose body
+says `decommissioned` and names this host and this instance; anything else (garbage, another
+host, a 5xx, a timeout, a TLS failure) is a failed contact and leaves the worker alone.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL = "1.0"
+MAJOR = PROTOCOL.split(".", maxsplit=1)[0]
+
+
+class Outcome(enum.Enum):
+    ACCEPTED = "accepted"  # a well-formed answer: joined, heartbeat taken, watch answered
+    DECOMMISSIONED = "decommissioned"  # a well-formed refusal naming this host and instance
+    REFUSED = "refused"  # unmatched, duplicate, unauthorized: keep trying, say why
+    RETRY = "retry"  # unreachable, 5xx, garbage, wrong host: keep trying
+    INCOMPATIBLE = "incompatible"  # the controller speaks a newer major version
+
+
+@dataclass(frozen=True)
+class Answer:
+    outcome: Outcome
+    detail: str = ""
+    body: dict[str, Any] = field(default_factory=dict)
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who this agent speaks for."""
+
+    host: str
+    instance_id: str
+
+
+def _major(body: dict[str, Any]) -> str | None:
+    version = body.get("protocol")
+    if not isinstance(version, str) or not version:
+        return None
+    return version.split(".")[0]
+
+
+def classify(status: int, body: Any, me: Identity, retry_after: float | None = None) -> Answer:
+    """Turn an HTTP status and parsed JSON body into what the agent may act on."""
+    if status >= 500 or not isinstance(body, dict):
+        what = f"HTTP {status}" if status >= 500 else f"HTTP {status} with a malformed body"
+        return Answer(Outcome.RETRY, what, retry_after=retry_after)
+    major = _major(body)
+    if major is not None and major != MAJOR:
+        return Answer(
+            Outcome.INCOMPATIBLE,
+            f"controller speaks protocol {body.get('protocol')}, this agent {PROTOCOL}",
+        )
+    if status == 410:
+        return _refusal(body, me)
+    if 200 <= status < 300:
+        return _accepted(body, me)
+    if status in {429, 503}:
+        return Answer(Outcome.RETRY, f"HTTP {status}: busy", retry_after=retry_after)
+    message = body.get("message") if isinstance(body.get("message"), str) else ""
+    kind = body.get("error") if isinstance(body.get("error"), str) else "error"
+    return Answer(Outcome.REFUSED, f"HTTP {status} {kind}: {message}"[:300], body)
+
+
+def _refusal(body: dict[str, Any], me: Identity) -> Answer:
+    if body.get("error") != "decommissioned":
+        return Answer(Outcome.RETRY, "HTTP 410 without a decommission refusal")
+    host, instance = body.get("host"), body.get("instance_id")
+    reason = body.get("reason")
+    if not isinstance(host, str) or not isinstance(instance, str) or not isinstance(reason, str):
+        return Answer(Outcome.RETRY, "malformed decommission refusal")
+    if host != me.host or instance != me.instance_id:
+        return Answer(
+            Outcome.RETRY,
+            f"decommission refusal for {host or '-'}/{instance or '-'}, not for "
+            f"{me.host}/{me.instance_id}: ignored",
+        )
+    return Answer(Outcome.DECOMMISSIONED, reason or "decommissioned", body)
+
+
+def _accepted(body: dict[str, Any], me: Identity) -> Answer:
+    host, state = body.get("host"), body.get("state")
+    if host != me.host or not isinstance(state, str):
+        return Answer(Outcome.RETRY, "answer for another host or without a state: ignored")
+    return Answer(Outcome.ACCEPTED, state, body)
+
+
+def template_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    template = body.get("template")
+    if not isinstance(template, dict) or not isinstance(template.get("name"), str):
+        return None
+    slots = template.get("slots")
+    if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+        return None
+    return template
+
+
+def number(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 86400:
+        return float(value)
+    return default

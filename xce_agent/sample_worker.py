@@ -1,0 +1,158 @@
+"""`xce-agent sample-worker`: a stand-in for XCE's worker daemon, for demos and tests.
+
+It joins the controller as a worker does, runs the jobs dispatched to its host as child
+processes (never more than the template's slots), reports their start and end, and exits
+with DECOMMISSIONED_EXIT when its (re)join is refused because the host was decommissioned.
+It reads what the agent handed it: XCE_TEMPLATE_FILE, XCE_HOST_NAME, XCE_INSTANCE_ID,
+XCE_CONTROLLER_URL and XCE_TOKEN.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
+log = logging.getLogger("sample-worker")
+
+
+@dataclass
+class Running:
+    proc: subprocess.Popen[bytes]
+    job_id: int
+
+
+class SampleWorker:
+    def __init__(self, env: dict[str, str]) -> None:
+        with open(env["XCE_TEMPLATE_FILE"]) as handle:
+            doc = json.load(handle)
+        self.slots = int(doc["template"]["slots"])
+        self.host = env["XCE_HOST_NAME"]
+        self.instance = env.get("XCE_INSTANCE_ID", "")
+        self.url = env["XCE_CONTROLLER_URL"].rstrip("/")
+        self.session = requests.Session()
+        if env.get("XCE_TOKEN"):
+            self.session.headers["Authorization"] = f"Bearer {env['XCE_TOKEN']}"
+        self.running: dict[int, Running] = {}
+        self.version = 0
+        self.stopping = False
+
+    def _post(self, path: str, body: dict[str, Any]) -> requests.Response:
+        return self.session.post(self.url + path, json=body, timeout=10)
+
+    def join(self) -> bool:
+        """True when joined; exits DECOMMISSIONED_EXIT when refused as decommissioned."""
+        body = {"host": self.host, "instance_id": self.instance, "roles": ["worker"]}
+        response = self._post("/v1/join", body)
+        self._check_refusal(response)
+        if response.status_code != 200:
+            log.warning("join refused: %s", response.text[:200])
+            return False
+        self.version = int(response.json().get("version", 0))
+        log.info("joined as %s with %d slots", self.host, self.slots)
+        return True
+
+    def _check_refusal(self, response: requests.Response) -> None:
+        if response.status_code != 410:
+            return
+        try:
+            body = response.json()
+        except ValueError:
+            return
+        if body.get("error") == "decommissioned" and body.get("host") == self.host:
+            log.warning("rejoin refused: %s", body.get("message"))
+            self.kill_all()
+            sys.exit(DECOMMISSIONED_EXIT)
+
+    def step(self) -> None:
+        params: dict[str, str | int | float] = {
+            "since": self.version,
+            "timeout": 1.0,
+            "instance_id": self.instance,
+        }
+        response = self.session.get(
+            f"{self.url}/v1/hosts/{self.host}/watch", params=params, timeout=15
+        )
+        self._check_refusal(response)
+        if response.status_code != 200:
+            return
+        body = response.json()
+        self.version = int(body.get("version", self.version))
+        self.sync(body.get("jobs", []))
+
+    def sync(self, jobs: list[dict[str, Any]]) -> None:
+        mine = {j["id"]: j for j in jobs if j["state"] in ("assigned", "running")}
+        for job_id in list(self.running):
+            if job_id not in mine:  # killed or requeued by the controller
+                log.info("job %d taken away: stopping it", job_id)
+                self._kill(self.running.pop(job_id))
+        for job_id, job in sorted(mine.items()):
+            if job_id in self.running or len(self.running) >= self.slots:
+                continue
+            proc = subprocess.Popen(job["command"], start_new_session=True)
+            self.running[job_id] = Running(proc, job_id)
+            self._post(f"/v1/hosts/{self.host}/jobs/{job_id}/started", {})
+            log.info("job %d started: %s", job_id, " ".join(job["command"]))
+
+    def reap(self) -> None:
+        for job_id, run in list(self.running.items()):
+            code = run.proc.poll()
+            if code is None:
+                continue
+            del self.running[job_id]
+            self._post(
+                f"/v1/hosts/{self.host}/jobs/{job_id}/finished",
+                {"exit_code": max(-255, min(255, code))},
+            )
+            log.info("job %d finished with %d", job_id, code)
+
+    def _kill(self, run: Running) -> None:
+        try:
+            os.killpg(run.proc.pid, signal.SIGTERM)
+            run.proc.wait(timeout=5)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.proc.pid, signal.SIGKILL)
+            run.proc.wait()
+
+    def kill_all(self) -> None:
+        for run in self.running.values():
+            self._kill(run)
+        self.running.clear()
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
+    worker = SampleWorker(dict(os.environ))
+
+    def on_term(signum: int, frame: object) -> None:
+        worker.stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    while not worker.stopping:
+        try:
+            if worker.join():
+                break
+        except requests.RequestException as exc:
+            log.warning("controller unreachable: %s", type(exc).__name__)
+        time.sleep(1)
+    while not worker.stopping:
+        try:
+            worker.step()
+        except requests.RequestException as exc:
+            log.warning("controller unreachable: %s", type(exc).__name__)
+            time.sleep(1)
+        worker.reap()
+    log.info("stopping: %d jobs running", len(worker.running))
+    worker.kill_all()
+    return 0
