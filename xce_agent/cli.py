@@ -137,3 +137,11 @@ def sample_worker() -> None:
             f"xce-agent sample-worker: {exc.args[0]} is not set: run it under the agent", err=True
         )
         sys.exit(2)
+
+
+@main.command()
+def demo() -> None:
+    """Show the elastic-host lifecycle end to end on this machine (about 20 s)."""
+    from xce_agent.demo import run_demo
+
+    sys.exit(run_demo(click.echo))

@@ -21,6 +21,7 @@ class ControllerProcess:
             self.config.write_text(config)
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.port = 0  # kept across restarts, so agents find it again
 
     def start(self) -> ControllerProcess:
         port_file = self.workdir / "port"
@@ -44,7 +45,8 @@ class ControllerProcess:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if port_file.exists() and port_file.read_text().strip():
-                self.url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+                self.port = int(port_file.read_text().strip())
+                self.url = f"http://127.0.0.1:{self.port}"
                 try:
                     requests.get(self.url + "/v1/info", timeout=1)
                     return self

@@ -140,6 +140,8 @@ class Cluster:
     def host_by_name(self, name: str) -> Host | None:
         """The live host called `name` (not decommissioned or returned), else the latest."""
         found = [h for h in self.hosts.values() if name in (h.name, h.key)]
+        if not found:
+            found = [h for h in self.hosts.values() if not h.name and h.expected_name == name]
         live = [h for h in found if h.state not in TERMINAL]
         pool = live or found
         return max(pool, key=lambda h: h.joined_at or h.expected_at or 0.0) if pool else None
