@@ -47,6 +47,7 @@ class ControllerConfig:
     token: str | None = field(default=None, repr=False)
     token_file: Path | None = None
     timeout: float = 10.0
+    max_retry_delay: float = 30.0  # joins back off up to this (and below half the grace)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
     if node is None:
         return None
     p = "controller"
-    c.allowed_keys(node, p, ("url", "ca_file", "token", "token_file", "timeout"))
+    c.allowed_keys(node, p, ("url", "ca_file", "token", "token_file", "timeout", "max_retry_delay"))
     url = c.string(node, "url", p, pattern=_URL, expected="an http:// or https:// URL")
     ca_file = _existing_file(node, "ca_file", p, c)
     token = c.string(node, "token", p, required=False)
@@ -142,9 +143,10 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
     if token_file is not None:
         token = _read_token(token_file, node, c)
     timeout = c.duration(node, "timeout", p, default=10.0, positive=True)
-    if url is None or timeout is None:
+    retry = c.duration(node, "max_retry_delay", p, default=30.0, minimum=1.0)
+    if url is None or timeout is None or retry is None:
         return None
-    return ControllerConfig(url.rstrip("/"), ca_file, token, token_file, timeout)
+    return ControllerConfig(url.rstrip("/"), ca_file, token, token_file, timeout, retry)
 
 
 def _existing_file(node: LineDict, key: str, path: str, c: Checker) -> Path | None:

@@ -90,7 +90,7 @@ class ControllerLink:
 
     def _cap(self) -> float:
         # Below the host-loss grace, so a host that was only briefly cut off rejoins in time.
-        return max(1.0, min(60.0, self.grace / 2))
+        return max(1.0, min(self.client.config.max_retry_delay, self.grace / 2))
 
     def _main(self) -> None:
         while not self.stopped.is_set():

@@ -69,7 +69,9 @@ class SampleWorker:
             body = response.json()
         except ValueError:
             return
-        if body.get("error") == "decommissioned" and body.get("host") == self.host:
+        if not isinstance(body, dict) or body.get("error") != "decommissioned":
+            return
+        if body.get("host") == self.host and body.get("instance_id") == self.instance:
             log.warning("rejoin refused: %s", body.get("message"))
             self.kill_all()
             sys.exit(DECOMMISSIONED_EXIT)
@@ -86,9 +88,14 @@ class SampleWorker:
         self._check_refusal(response)
         if response.status_code != 200:
             return
-        body = response.json()
-        self.version = int(body.get("version", self.version))
-        self.sync(body.get("jobs", []))
+        try:
+            body = response.json()
+            self.version = int(body.get("version", self.version))
+            jobs = [j for j in body.get("jobs", []) if isinstance(j, dict)]
+        except (ValueError, TypeError, AttributeError):
+            log.warning("ignoring a malformed watch answer")
+            return
+        self.sync(jobs)
 
     def sync(self, jobs: list[dict[str, Any]]) -> None:
         mine = {j["id"]: j for j in jobs if j["state"] in ("assigned", "running")}

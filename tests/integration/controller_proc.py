@@ -34,7 +34,7 @@ class ControllerProcess:
             "--db",
             str(self.db),
             "--listen",
-            "127.0.0.1:0",
+            f"127.0.0.1:{self.port}",
             "--port-file",
             str(port_file),
         ]
