@@ -7,7 +7,11 @@ import argparse
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("sections", nargs="*", default=["supervision"])
+    parser.add_argument(
+        "sections",
+        nargs="*",
+        default=["supervision", "decommission", "controller", "simulator"],
+    )
     parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
     args = parser.parse_args()
     for section in args.sections:
@@ -18,6 +22,18 @@ def main() -> None:
                 print(supervision.run(restarts=20, stops=10, idle_seconds=5))
             else:
                 print(supervision.run())
+        elif section == "decommission":
+            from bench import decommission
+
+            print(decommission.run(runs=10 if args.quick else 50))
+        elif section == "controller":
+            from bench import controller_load
+
+            print(controller_load.run(seconds=5 if args.quick else 20))
+        elif section == "simulator":
+            from bench import simulator
+
+            print(simulator.run())
         else:
             parser.error(f"unknown section {section!r}")
         print()

@@ -8,6 +8,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -64,7 +65,17 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
     if port_file:
         port_file.write_text(f"{port}\n")
     click.echo(f"xce-controller: listening on http://{host}:{port}", err=True)
-    asyncio.run(server.serve(sockets=[sock]))
+    run_loop(server.serve(sockets=[sock]))
+
+
+def run_loop(main: Any) -> None:
+    """uvloop when it is installed (it roughly halves the cost of a request), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
 
 
 def _loopback(host: str) -> bool:

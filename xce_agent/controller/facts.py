@@ -72,7 +72,7 @@ def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
         drain=None,
     )
     why = "joined as provisioned instance" if d["provisioned"] else "joined (not provisioned)"
-    cluster.hosts[key] = _with_state(host, HostState.OPEN, fact, d.get("why", why))
+    cluster.put_host(_with_state(host, HostState.OPEN, fact, d.get("why", why)))
     return {key}
 
 

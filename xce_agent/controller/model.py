@@ -127,6 +127,12 @@ class Cluster:
     next_job: int = 1
     version: int = 0  # number of facts applied
     active: dict[str, set[int]] = field(default_factory=dict)  # host key -> active job ids
+    names: dict[str, str] = field(default_factory=dict)  # joined host name -> latest key
+
+    def put_host(self, host: Host) -> None:
+        self.hosts[host.key] = host
+        if host.name:
+            self.names[host.name] = host.key
 
     def put_job(self, job: Job) -> None:
         """Store a job and keep the per-host index of active jobs current."""
@@ -139,6 +145,9 @@ class Cluster:
 
     def host_by_name(self, name: str) -> Host | None:
         """The live host called `name` (not decommissioned or returned), else the latest."""
+        key = self.names.get(name)
+        if key is not None and self.hosts[key].state not in TERMINAL:
+            return self.hosts[key]
         found = [h for h in self.hosts.values() if name in (h.name, h.key)]
         if not found:
             found = [h for h in self.hosts.values() if not h.name and h.expected_name == name]

@@ -37,9 +37,12 @@ class Store:
     def load(self) -> tuple[Cluster, dict[str, float]]:
         """The stored state (from the state tables) and the last heartbeat times."""
         cluster = Cluster()
-        for (data,) in self.db.execute("SELECT data FROM hosts"):
-            host = host_from_json(json.loads(data))
-            cluster.hosts[host.key] = host
+        hosts = [
+            host_from_json(json.loads(data))
+            for (data,) in self.db.execute("SELECT data FROM hosts")
+        ]
+        for host in sorted(hosts, key=lambda h: h.joined_at or 0.0):  # latest name wins
+            cluster.put_host(host)
         for (data,) in self.db.execute("SELECT data FROM jobs"):
             cluster.put_job(job_from_json(json.loads(data)))
         cluster.next_job = max(cluster.jobs, default=0) + 1

@@ -1,0 +1,125 @@
+"""Decommission latency: the controller recording a decommission -> the worker's SIGTERM.
+
+Each run starts a real agent process for a fresh instance against an embedded controller on
+loopback; the worker stamps CLOCK_MONOTONIC when SIGTERM arrives, the controller side stamps
+when the decommission fact is durable. The peer is what heartbeat-only detection would give:
+half the heartbeat interval on average.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from bench.stats import percentile, table
+
+WORKER = """\
+import signal, sys, time
+def term(signum, frame):
+    with open(sys.argv[1], "w") as handle:
+        handle.write(repr(time.monotonic()))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+while True:
+    time.sleep(3600)
+"""
+
+
+def run(runs: int = 50) -> str:
+    from xce_agent.controller.config import load_cluster_config
+    from xce_agent.controller.server import EmbeddedController
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        (workdir / "worker.py").write_text(WORKER)
+        cluster = workdir / "cluster.yaml"
+        cluster.write_text(
+            "version: 1\nheartbeat_interval: 10s\nhost_loss_grace: 60s\n"
+            "templates:\n  default: {slots: 1}\n"
+        )
+        cfg = load_cluster_config(cluster)
+        ec = EmbeddedController(cfg, workdir / "ctl.db").start()
+        recorded: dict[str, float] = {}
+        original = ec.controller.store.commit
+
+        def commit(facts: Any, *args: Any) -> None:
+            original(facts, *args)
+            for fact in facts:
+                if fact.kind == "state" and fact.data.get("state") == "decommissioned":
+                    recorded[fact.data["key"]] = time.monotonic()
+
+        ec.controller.store.commit = commit  # type: ignore[method-assign,assignment]
+        try:
+            latencies = [one_run(ec.url, workdir, i, recorded) for i in range(runs)]
+        finally:
+            ec.stop()
+    peer = cfg.heartbeat_interval / 2 * 1000
+    ms = "{:.1f} ms".format
+    rows = [
+        [
+            f"decommission -> SIGTERM p50 ({runs} runs)",
+            ms(percentile(latencies, 50)),
+            ms(peer),
+            f"{peer / percentile(latencies, 50):,.0f}x",
+            "<= 50 ms",
+        ],
+        ["decommission -> SIGTERM p95", ms(percentile(latencies, 95)), ms(peer * 1.9), "", ""],
+        ["decommission -> SIGTERM max", ms(max(latencies)), ms(peer * 2), "", ""],
+    ]
+    header = ["measure", "watch (xce-agent)", "heartbeat-only (10 s)", "ratio", "target"]
+    return table(f"Decommission latency, {time.strftime('%Y-%m-%d')}", header, rows)
+
+
+def one_run(url: str, workdir: Path, index: int, recorded: dict[str, float]) -> float:
+    instance, host = f"i-bench-{index}", f"bench{index}"
+    run_dir = workdir / host
+    run_dir.mkdir()
+    stamp = run_dir / "sigterm"
+    requests.post(
+        f"{url}/v1/expected",
+        json={"instance_id": instance, "template": "default", "expected_name": host},
+        timeout=10,
+    )
+    config = run_dir / "agent.yaml"
+    config.write_text(
+        f"version: 1\ncontroller: {{url: '{url}'}}\n"
+        f"instance: {{id: {instance}, host_name: {host}}}\n"
+        "roles:\n  worker:\n    components:\n      worker:\n"
+        f"        command: ['{sys.executable}', '{workdir / 'worker.py'}', '{stamp}']\n"
+        f"state_directory: '{run_dir / 'state'}'\nlog_level: warning\n"
+    )
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "xce_agent", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait(
+            lambda: (
+                (run_dir / "state" / "state.json").exists()
+                and '"phase": "running"' in (run_dir / "state" / "state.json").read_text()
+            )
+        )
+        time.sleep(0.3)  # the worker installs its handler; the agent's watch is waiting
+        requests.post(f"{url}/v1/hosts/{host}/decommission", json={}, timeout=10)
+        wait(stamp.exists)
+        time.sleep(0.05)
+        return (float(stamp.read_text()) - recorded[instance]) * 1000
+    finally:
+        agent.send_signal(signal.SIGUSR2)
+        agent.wait(timeout=20)
+
+
+def wait(check: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit("bench: a decommission run did not complete")
+        time.sleep(0.01)
