@@ -10,6 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -145,3 +146,67 @@ def demo() -> None:
     from xce_agent.demo import run_demo
 
     sys.exit(run_demo(click.echo))
+
+
+@main.command("render-user-data")
+@click.option("--controller-url", required=True, help="http(s) URL of the controller.")
+@click.option("--template", default="default", show_default=True, help="Host template.")
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    default=("worker",),
+    show_default=True,
+    type=click.Choice(["worker", "provisioner", "reverse-proxy"]),
+)
+@click.option(
+    "--instance-id",
+    default="auto",
+    show_default=True,
+    help="The instance id, or auto (read from cloud-init's instance data).",
+)
+@click.option("--provider", default="", help="Provider name, shown by the controller.")
+@click.option("--token-file", type=click.File("r"), help="File holding the join token.")
+@click.option("--ca-file", type=click.File("r"), help="CA bundle for an https controller.")
+@click.option(
+    "--worker-command",
+    default="/usr/sbin/xce-worker --foreground",
+    show_default=True,
+    help="The worker daemon's command line.",
+)
+@click.option("--worker-user", default="", help="Run the worker as this user.")
+def render_user_data(
+    controller_url: str,
+    template: str,
+    roles: tuple[str, ...],
+    instance_id: str,
+    provider: str,
+    token_file: Any,
+    ca_file: Any,
+    worker_command: str,
+    worker_user: str,
+) -> None:
+    """Print cloud-init user-data that installs the config and starts the agent."""
+    import shlex
+
+    from xce_agent.userdata import UserData, render
+
+    if not controller_url.startswith(("http://", "https://")):
+        click.echo(
+            f"xce-agent: --controller-url: expected an http:// or https:// URL, got "
+            f"{controller_url!r}",
+            err=True,
+        )
+        sys.exit(2)
+    data = UserData(
+        controller_url=controller_url.rstrip("/"),
+        template=template,
+        roles=tuple(roles),
+        instance_id=instance_id,
+        provider=provider,
+        token=token_file.read().strip() if token_file else "",
+        ca_pem=ca_file.read() if ca_file else "",
+        worker_command=tuple(shlex.split(worker_command)),
+        worker_user=worker_user,
+    )
+    click.echo(render(data), nl=False)

@@ -1,0 +1,107 @@
+"""`xce-agent render-user-data`: the cloud-init user-data a provisioner hands a new instance.
+
+It writes /etc/xce/agent.yaml (and the join token, mode 0600, and the CA if given) with
+cloud-init's write_files, then enables and starts the agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import yaml
+
+ROLES = ("worker", "provisioner", "reverse-proxy")
+TOKEN_PATH = "/etc/xce/join-token"  # noqa: S105 - where the token goes, not a token
+CA_PATH = "/etc/xce/ca.pem"
+
+
+@dataclass(frozen=True)
+class UserData:
+    controller_url: str
+    template: str = "default"
+    roles: tuple[str, ...] = ("worker",)
+    instance_id: str = "auto"
+    provider: str = ""
+    token: str = field(default="", repr=False)
+    ca_pem: str = ""
+    worker_command: tuple[str, ...] = ("/usr/sbin/xce-worker", "--foreground")
+    worker_user: str = ""
+    decommission_exit_codes: tuple[int, ...] = (100,)
+
+
+def agent_config(data: UserData) -> dict[str, object]:
+    controller: dict[str, object] = {"url": data.controller_url}
+    if data.ca_pem:
+        controller["ca_file"] = CA_PATH
+    if data.token:
+        controller["token_file"] = TOKEN_PATH
+    instance: dict[str, object] = {"id": data.instance_id, "template": data.template}
+    if data.provider:
+        instance["provider"] = data.provider
+    roles: dict[str, object] = {}
+    for role in data.roles:
+        if role == "worker":
+            worker: dict[str, object] = {
+                "command": list(data.worker_command),
+                "stop_timeout": "60s",
+                "decommission_exit_codes": list(data.decommission_exit_codes),
+            }
+            if data.worker_user:
+                worker["user"] = data.worker_user
+            roles[role] = {"components": {"xce-worker": worker}}
+        else:
+            roles[role] = {"components": {}}
+    return {
+        "version": 1,
+        "controller": controller,
+        "instance": instance,
+        "roles": roles,
+        "state_directory": "/var/lib/xce-agent",
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings as literal blocks, so the written files read as they will be."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def render(data: UserData) -> str:
+    files: list[dict[str, object]] = [
+        {
+            "path": "/etc/xce/agent.yaml",
+            "permissions": "0644",
+            "owner": "root:root",
+            "content": yaml.safe_dump(agent_config(data), sort_keys=False),
+        }
+    ]
+    if data.token:
+        files.append(
+            {
+                "path": "/etc/xce/join-token",
+                "permissions": "0600",
+                "owner": "root:root",
+                "content": data.token + "\n",
+            }
+        )
+    if data.ca_pem:
+        files.append(
+            {
+                "path": "/etc/xce/ca.pem",
+                "permissions": "0644",
+                "owner": "root:root",
+                "content": data.ca_pem,
+            }
+        )
+    doc = {
+        "write_files": files,
+        "runcmd": [["systemctl", "enable", "--now", "xce-agent.service"]],
+    }
+    body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100)
+    return "#cloud-config\n" + body
