@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench clean system-deps
+.PHONY: test lint typecheck unit demo bench clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -44,6 +44,21 @@ $(BENCH_VENV)/bin/supervisord: | system-deps
 
 bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m bench
+
+# What the end-to-end test (real systemd + cloud-init in systemd-nspawn) and the packaging
+# checks need; without them `make test` skips the e2e test and says why.
+E2E_DEBS := debootstrap systemd-container zstd debhelper dh-python pybuild-plugin-pyproject \
+	python3-all python3-setuptools lintian rpm rpmlint cpio python3-installer python3-pip \
+	python3-wheel
+e2e-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $(E2E_DEBS) >/dev/null; \
+	else echo "e2e-deps: needs root and apt-get; install: $(E2E_DEBS)" >&2; fi
+
+packages:
+	packaging/build-deb.sh dist
+	packaging/build-rpm.sh dist
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,208 @@
+"""Boot hosts under real systemd with systemd-nspawn, from a cached debootstrap rootfs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+PACKAGES = (
+    "systemd,systemd-sysv,dbus,python3,cloud-init,python3-click,python3-yaml,python3-psutil,"
+    "python3-requests,python3-sdnotify,python3-cffi-backend,procps"
+)
+CLOUD_CFG = """\
+datasource_list: [NoCloud, None]
+network: {config: disabled}
+locale: C.UTF-8
+"""
+
+
+def cache_tarball() -> Path:
+    """Where the bookworm rootfs is cached, outside the repository."""
+    base = os.environ.get("XCE_E2E_CACHE") or os.path.expanduser("~/.cache/xce-agent-e2e")
+    return Path(base) / "bookworm-rootfs.tar.zst"
+
+
+def debian_mirror() -> str:
+    """The mirror this machine's apt uses (debootstrap must use the same one)."""
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    if sources.exists():
+        for line in sources.read_text().splitlines():
+            if line.startswith("URIs:") and "security" not in line:
+                return line.split()[1]
+    listing = Path("/etc/apt/sources.list")
+    if listing.exists():
+        match = re.search(r"^deb\s+(\S+)\s+bookworm\s", listing.read_text(), re.M)
+        if match:
+            return match.group(1)
+    raise RuntimeError("no Debian mirror found in apt's sources")
+
+
+def ensure_rootfs_cache() -> Path:
+    tarball = cache_tarball()
+    if tarball.exists():
+        return tarball
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    build = tarball.parent / "rootfs.build"
+    shutil.rmtree(build, ignore_errors=True)
+    subprocess.run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={PACKAGES}",
+            "bookworm",
+            str(build),
+            debian_mirror(),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    tmp = tarball.with_suffix(".tmp")
+    subprocess.run(["tar", "-C", str(build), "--zstd", "-cf", str(tmp), "."], check=True)
+    tmp.rename(tarball)
+    shutil.rmtree(build, ignore_errors=True)
+    return tarball
+
+
+def prepare_base(tarball: Path, base: Path, deb: Path) -> None:
+    """Unpack the rootfs, install the package and cloud-init's NoCloud settings."""
+    base.mkdir(parents=True)
+    subprocess.run(["tar", "-C", str(base), "--zstd", "-xf", str(tarball)], check=True)
+    shutil.copy(deb, base / "tmp" / deb.name)
+    subprocess.run(
+        ["chroot", str(base), "dpkg", "-i", f"/tmp/{deb.name}"], check=True, capture_output=True
+    )
+    (base / "etc/cloud/cloud.cfg.d/90-xce-e2e.cfg").write_text(CLOUD_CFG)
+    # A unique machine id per boot comes from the overlay; keep the base's empty.
+    (base / "etc/machine-id").write_text("")
+
+
+def chroot(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["chroot", str(base), *args], capture_output=True, text=True, check=False)
+
+
+class Machine:
+    """One nspawn container with its own NoCloud seed and a kept state directory."""
+
+    def __init__(
+        self,
+        base: Path,
+        workdir: Path,
+        name: str,
+        instance: str,
+        user_data: str,
+        extra_binds: tuple[str, ...] = (),
+    ) -> None:
+        self.base = base
+        self.name = name
+        self.instance = instance
+        self.dir = workdir / name
+        self.seed = self.dir / "seed"
+        self.state = self.dir / "state"
+        self.seed.mkdir(parents=True)
+        self.state.mkdir(mode=0o700)
+        (self.seed / "meta-data").write_text(f"instance-id: {instance}\nlocal-hostname: {name}\n")
+        (self.seed / "user-data").write_text(user_data)
+        self.binds = extra_binds
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.leader = 0
+        self.boots = 0
+
+    def boot(self) -> None:
+        self.boots += 1
+        log = open(self.dir / f"console-{self.boots}.log", "wb")  # noqa: SIM115
+        args = [
+            "systemd-nspawn",
+            "-q",
+            "-D",
+            str(self.base),
+            "--volatile=overlay",
+            f"--bind-ro={self.seed}:/var/lib/cloud/seed/nocloud",
+            f"--bind={self.state}:/var/lib/xce-agent",
+            "--boot",
+            "--register=no",
+            "--keep-unit",
+            f"--machine=xce-e2e-{self.name}-{os.getpid()}-{self.boots}",
+            f"--hostname={self.name}",
+        ]
+        args += [f"--bind-ro={b}" for b in self.binds]
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self.leader = self._find_leader()
+        self.wait_for(
+            lambda: (
+                self.run("systemctl", "is-system-running").stdout.strip() in ("running", "degraded")
+            ),
+            60,
+            "boot to multi-user",
+        )
+
+    def _find_leader(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for child in Path(f"/proc/{self.proc.pid}/task").glob("*/children"):
+                for pid in child.read_text().split():
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    if re.search(r"^NSpid:\s+\d+\s+1$", status, re.M):
+                        return int(pid)
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name}: container did not start")
+
+    def run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["nsenter", "-t", str(self.leader), "-a", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def wait_for(self, check: object, timeout: float, what: str) -> None:
+        assert callable(check)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return
+            except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: {what} did not happen within {timeout:.0f}s")
+
+    def show(self, *props: str) -> dict[str, str]:
+        out = self.run("systemctl", "show", "xce-agent.service", *[f"-p{p}" for p in props])
+        return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+
+    def journal(self) -> str:
+        return self.run(
+            "journalctl",
+            "--no-pager",
+            "-b",
+            "-u",
+            "xce-agent.service",
+            "-u",
+            "cloud-init.service",
+            "-u",
+            "cloud-final.service",
+        ).stdout
+
+    def shutdown(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
