@@ -197,3 +197,27 @@ def test_config_env_variable_and_validate(tmp_path: Path) -> None:
     bad = subprocess.run([*AGENT, "validate"], capture_output=True, text=True, env=env)
     assert bad.returncode == 78
     assert "roles.worker.components.xce-worker.stop_timeout: expected a duration" in bad.stdout
+
+
+def test_script_started_through_its_shebang_is_adopted(tmp_path: Path) -> None:
+    """/proc shows the interpreter first; adoption must not depend on the command line."""
+    config = write_config(tmp_path)
+    script = tmp_path / "worker-script"
+    script.write_text(f"#!{sys.executable}\n{WORKER}")
+    script.chmod(0o755)
+    config.write_text(
+        config.read_text().replace(f"[{sys.executable}, {tmp_path / 'worker.py'}]", f"[{script}]")
+    )
+    agent = start_agent(config)
+    try:
+        wait_for(lambda: worker_pid(tmp_path))
+        pid = worker_pid(tmp_path)
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=10)
+        agent = start_agent(config)
+        wait_for(lambda: state_of(tmp_path)["lifecycle"] == "running")
+        time.sleep(0.3)
+        assert worker_pid(tmp_path) == pid
+    finally:
+        subprocess.run([*AGENT, "stop", "--config", str(config)], capture_output=True, timeout=30)
+        agent.wait(timeout=10)

@@ -41,7 +41,11 @@ class SpawnError(Exception):
 
 @dataclass(frozen=True)
 class ProcessIdentity:
-    """What makes a pid the process we started, across agent restarts."""
+    """What makes a pid the process we started, across agent restarts.
+
+    `cmdline` is the configured command it was started with: a changed config does not
+    adopt a process started from the old one.
+    """
 
     pid: int
     create_time: float
@@ -255,12 +259,11 @@ class ProcessRunner:
             pidfd = os.pidfd_open(recorded.pid)
         except OSError:
             return None
-        current = identify(recorded.pid)
-        # The pidfd was opened before the check, so a pid reused after it cannot slip in.
-        if current is None or abs(current.create_time - recorded.create_time) > 0.05:
-            os.close(pidfd)
-            return None
-        if current.cmdline != recorded.cmdline:
+        # pid + start time (+ boot id) names one process; the pidfd was opened before the
+        # check, so a pid reused after it cannot slip in. The command line is not compared
+        # with /proc: a script's interpreter or a process title would make it differ.
+        created = create_time(recorded.pid)
+        if not created or abs(created - recorded.create_time) > 0.05:
             os.close(pidfd)
             return None
         return Handle(recorded, pidfd, None)
@@ -269,10 +272,8 @@ class ProcessRunner:
         """A running group leader this owner started for `spec`, found by its markers."""
         if not self.owner:
             return None
-        for proc in psutil.process_iter(["pid", "cmdline"]):
+        for proc in psutil.process_iter(["pid"]):
             try:
-                if tuple(proc.info["cmdline"] or ()) != spec.command:
-                    continue
                 env = proc.environ()
                 if env.get(MARK_COMPONENT) != spec.name or env.get(MARK_OWNER) != self.owner:
                     continue
