@@ -60,7 +60,11 @@ class ControllerProcess:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
-            self.proc.wait(timeout=10)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)

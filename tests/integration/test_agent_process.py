@@ -28,7 +28,8 @@ def write_config(tmp_path: Path, extra: str = "") -> Path:
         "version: 1\n"
         "controller:\n  url: http://127.0.0.1:9\n  token: very-secret-token\n"
         "instance:\n  id: i-test\n  template: small\n"
-        "roles:\n  worker:\n    components:\n      xce-worker:\n"
+        # A provisioner-role component starts at once; worker-role ones wait for a join.
+        "roles:\n  provisioner:\n    components:\n      xce-worker:\n"
         f"        command: [{sys.executable}, {script}]\n"
         "        stop_timeout: 5s\n"
         f"state_directory: {tmp_path / 'state'}\n{extra}"
@@ -98,7 +99,7 @@ def test_restarted_agent_adopts_the_running_worker(tmp_path: Path, notify: Notif
         time.sleep(0.3)
         messages = notify.collect()
         assert "READY=1" in messages
-        assert any(m.startswith("STATUS=worker: xce-worker running pid") for m in messages)
+        assert any(m.startswith("STATUS=provisioner: xce-worker running pid") for m in messages)
         assert messages.count("WATCHDOG=1") >= 2
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=10)
@@ -196,7 +197,7 @@ def test_config_env_variable_and_validate(tmp_path: Path) -> None:
     config.write_text(config.read_text().replace("stop_timeout: 5s", "stop_timeout: never"))
     bad = subprocess.run([*AGENT, "validate"], capture_output=True, text=True, env=env)
     assert bad.returncode == 78
-    assert "roles.worker.components.xce-worker.stop_timeout: expected a duration" in bad.stdout
+    assert "roles.provisioner.components.xce-worker.stop_timeout: expected a duration" in bad.stdout
 
 
 def test_script_started_through_its_shebang_is_adopted(tmp_path: Path) -> None:

@@ -40,6 +40,8 @@ def make_server(
         access_log=False,
         lifespan="on",
         timeout_keep_alive=120,
+        # Long-polls would hold a graceful shutdown for their whole timeout.
+        timeout_graceful_shutdown=2,
         backlog=1024,
     )
     return uvicorn.Server(config), controller
