@@ -238,6 +238,9 @@ class Membership:
         current = self.get_state().controller
         since = current.since if current.state == state else time.time()
         contact = ControllerContact(state, since, self.me.host, detail)
+        if state != current.state:
+            level = logging.WARNING if state == "unreachable" else logging.INFO
+            log.log(level, "controller contact: %s%s", state, f" ({detail})" if detail else "")
         if contact != current:
             self.set_state(replace(self.get_state(), controller=contact))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from xce_agent.state import AgentState
 
 
@@ -14,7 +16,18 @@ def status_line(state: AgentState) -> str:
         pid = f" pid {comp.pid}" if comp.pid else ""
         parts.append(f"{comp.name} {comp.phase}{pid}")
     components = ", ".join(parts) or "no components"
-    contact = state.controller.state
-    if state.controller.host:
-        contact = f"{contact} as {state.controller.host}"
-    return f"{roles}: {components}; controller {contact}"
+    return f"{roles}: {components}; {contact_text(state)}"
+
+
+def contact_text(state: AgentState) -> str:
+    contact = state.controller
+    if contact.state == "connected":
+        return f"controller connected as {contact.host}"
+    if contact.state == "waiting":
+        return "waiting for controller"
+    if contact.state == "unreachable":
+        since = time.strftime("%H:%M:%S", time.localtime(contact.since))
+        return f"waiting for controller (no answer since {since}: {contact.detail})"
+    if contact.state == "not configured":
+        return "no controller configured"
+    return f"controller {contact.state}"

@@ -235,3 +235,32 @@ def test_passing_exec_probe_keeps_the_component(make: Callable[..., Harness]) ->
     time.sleep(0.3)
     h.run_until(lambda: h.sup.states["c"].probe_next is not None, 2)
     assert h.sup.states["c"].restarts == 0
+
+
+def test_http_probe_follows_the_status_code() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from xce_agent.supervision.probes import run_probe
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/healthz" else 503)
+            self.end_headers()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        ok = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/healthz", timeout=2))
+        bad = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/other", timeout=2))
+        assert ok == (True, "http probe got status 200")
+        assert bad == (False, "http probe got status 503")
+    finally:
+        server.shutdown()
+        server.server_close()
+    gone = run_probe(ProbeSpec(ProbeKind.HTTP, url=base, timeout=1))
+    assert gone[0] is False and gone[1].startswith("http probe failed")

@@ -70,7 +70,7 @@ def test_failed_write_leaves_the_old_state_intact(tmp_path: Path) -> None:
 
 def test_status_line_and_view() -> None:
     state = sample()
-    assert status_line(state) == "worker: w running pid 42; controller not configured"
+    assert status_line(state) == "worker: w running pid 42; no controller configured"
     view = render_status(state, 0.0)
     assert "w                  worker     running        42        2" in view
     tomb = AgentState(tombstone=Tombstone("i-1", "reclaimed by provider", 1.0))
