@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from xce_agent import __version__
-from xce_agent.config import AgentConfig, config_path, load_config
+from xce_agent.config import KNOWN_ROLES, AgentConfig, config_path, load_config
 from xce_agent.errors import ConfigError, StateError
 
 EX_CONFIG = 78
@@ -157,7 +157,7 @@ def demo() -> None:
     multiple=True,
     default=("worker",),
     show_default=True,
-    type=click.Choice(["worker", "provisioner", "reverse-proxy"]),
+    type=click.Choice(KNOWN_ROLES),
 )
 @click.option(
     "--instance-id",

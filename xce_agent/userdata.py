@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import yaml
 
-ROLES = ("worker", "provisioner", "reverse-proxy")
 TOKEN_PATH = "/etc/xce/join-token"  # noqa: S105 - where the token goes, not a token
 CA_PATH = "/etc/xce/ca.pem"
 

@@ -238,3 +238,15 @@ def test_broken_config_fails_with_78_and_no_restart_loop(
         assert "Traceback" not in journal
     finally:
         c.shutdown()
+
+
+def test_purge_removes_the_state(image: tuple[Path, Path]) -> None:
+    """Runs last in this module: it removes the package from the shared image."""
+    base, _ = image
+    state = base / "var/lib/xce-agent"
+    state.mkdir(exist_ok=True)
+    (state / "state.json").write_text("{}")
+    purge = chroot(base, "dpkg", "--purge", "xce-agent")
+    assert purge.returncode == 0, purge.stderr
+    assert not state.exists()
+    assert not (base / "usr/bin/xce-agent").exists()

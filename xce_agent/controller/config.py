@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xce_agent.config import KNOWN_ROLES as ROLES
 from xce_agent.controller.model import DrainPolicy
 from xce_agent.errors import ConfigError
 from xce_agent.validation import Checker, describe, join_path
@@ -18,7 +19,6 @@ from xce_agent.yamlsource import LineDict, SourceError, load_file, load_text
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _WINDOW = re.compile(r"^(\S+\s+)?\d{1,2}:\d{2}-\d{1,2}:\d{2}$")
-ROLES = ("worker", "provisioner", "reverse-proxy")
 
 
 @dataclass(frozen=True)
