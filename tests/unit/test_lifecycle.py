@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from xce_agent.controller import jobs as jobmodel
 from xce_agent.controller import lifecycle as lc
 from xce_agent.controller.config import ClusterConfig, Template, load_cluster_config
 from xce_agent.controller.facts import apply
@@ -41,7 +42,7 @@ class World:
         self.now = to
         for host in list(self.cluster.hosts.values()):
             self.commit(lc.host_due(self.cluster, self.cfg, to, host, self.seen.get(host.key)))
-        self.commit(lc.place(self.cluster, self.cfg, to))
+        self.commit(jobmodel.place(self.cluster, self.cfg, to))
 
     def expect(self, iid: str, **kw: object) -> None:
         self.commit(
@@ -65,8 +66,8 @@ class World:
 
     def submit(self, slots: int = 1, host: str = "") -> int:
         job_id = self.cluster.next_job
-        self.commit(lc.submit(self.cluster, self.now, "admin", ["sleep", "9"], slots, host))
-        self.commit(lc.place(self.cluster, self.cfg, self.now))
+        self.commit(jobmodel.submit(self.cluster, self.now, "admin", ["sleep", "9"], slots, host))
+        self.commit(jobmodel.place(self.cluster, self.cfg, self.now))
         return job_id
 
     def decommission(
@@ -174,12 +175,12 @@ def test_drain_waits_for_running_jobs() -> None:
     w = World()
     w.join("node1")
     job = w.submit()
-    w.commit(lc.job_report(w.cluster, 1.0, w.cluster.hosts["host:node1"], job, "started"))
+    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["host:node1"], job, "started"))
     w.decommission("host:node1", policy="requeue", drain_timeout=50.0)
     assert w.state("host:node1") is HostState.DRAINING
     w.tick(20.0)
     assert w.state("host:node1") is HostState.DRAINING
-    w.commit(lc.job_report(w.cluster, 21.0, w.cluster.hosts["host:node1"], job, "finished"))
+    w.commit(jobmodel.job_report(w.cluster, 21.0, w.cluster.hosts["host:node1"], job, "finished"))
     w.seen["host:node1"] = 21.0
     w.tick(21.0)
     assert w.state("host:node1") is HostState.DECOMMISSIONED

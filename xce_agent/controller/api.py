@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from xce_agent.controller import jobs as jobmodel
 from xce_agent.controller import lifecycle as lc
 from xce_agent.controller.codec import host_to_json, job_to_json
 from xce_agent.controller.model import TERMINAL, Host, JobState
@@ -200,7 +201,9 @@ def create_app(ctl: Controller) -> FastAPI:
         if event not in ("started", "finished"):
             raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
         host = ctl.agent_host(name, "", _bearer(authorization))
-        ctl.commit(lc.job_report(ctl.cluster, ctl.clock(), host, job_id, event, body.exit_code))
+        ctl.commit(
+            jobmodel.job_report(ctl.cluster, ctl.clock(), host, job_id, event, body.exit_code)
+        )
         return job_to_json(ctl.cluster.jobs[job_id])
 
     @app.post("/v1/expected", response_model=HostDetail, status_code=201, responses=ERRORS)
@@ -270,7 +273,9 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/jobs", response_model=JobBody, status_code=201, responses=ERRORS)
     async def submit(body: SubmitBody, by: Admin) -> dict[str, Any]:
-        facts = lc.submit(ctl.cluster, ctl.clock(), "admin", body.command, body.slots, body.host)
+        facts = jobmodel.submit(
+            ctl.cluster, ctl.clock(), "admin", body.command, body.slots, body.host
+        )
         job_id = int(facts[0].data["id"])
         ctl.commit(facts)
         return job_to_json(ctl.cluster.jobs[job_id])

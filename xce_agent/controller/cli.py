@@ -114,7 +114,8 @@ def openapi() -> None:
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the timeline.")
 def simulate(scenario: Path, csv_path: Path | None) -> None:
     """Drive the lifecycle in virtual time and print a summary."""
-    from xce_agent.controller.simulate import load_scenario, run_scenario
+    from xce_agent.controller.scenario import load_scenario
+    from xce_agent.controller.simulate import run_scenario
 
     try:
         spec = load_scenario(scenario)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +21,6 @@ from xce_agent.controller.model import (
     Fact,
     Host,
     HostState,
-    JobState,
 )
 
 CONTROLLER = "controller"
@@ -69,7 +67,7 @@ def decommissioned(host: Host) -> Refused:
     )
 
 
-def _fact(kind: str, now: float, by: str, **data: Any) -> Fact:
+def fact(kind: str, now: float, by: str, **data: Any) -> Fact:
     return Fact(kind, now, by, data)
 
 
@@ -96,7 +94,7 @@ def expect(
         raise Refused("duplicate", 409, f"instance {instance_id} is already recorded")
     when = deadline if deadline is not None else now + cfg.join_deadline
     return [
-        _fact(
+        fact(
             "expected",
             now,
             by,
@@ -125,7 +123,7 @@ def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[
     host = cluster.hosts.get(instance_id)
     if host is None or not returnable(host):
         raise Refused("not_returnable", 409, f"instance {instance_id} is not on the to-return list")
-    return [_fact("state", now, by, key=host.key, state="returned", why="instance returned")]
+    return [fact("state", now, by, key=host.key, state="returned", why="instance returned")]
 
 
 # --- joins and heartbeats -------------------------------------------------------------
@@ -169,8 +167,8 @@ def join(
         token_hash(req.token), token_hash(cfg.join_token)
     ):
         raise Refused("unauthorized", 401, "join token missing or wrong")
-    fact = _joined_fact(now, req, key, "default", provisioned=False, provider=req.provider)
-    return Host(key=key, state=HostState.OPEN, template="default"), [fact]
+    joined = _joined_fact(now, req, key, "default", provisioned=False, provider=req.provider)
+    return Host(key=key, state=HostState.OPEN, template="default"), [joined]
 
 
 def _join_matched(
@@ -220,7 +218,7 @@ def _join_again(now: float, req: JoinRequest, host: Host) -> list[Fact]:
             )
         ]
     return [
-        _fact(
+        fact(
             "rejoined",
             now,
             req.name,
@@ -277,7 +275,7 @@ def check_agent(cluster: Cluster, key: str, instance_id: str) -> Host:
 def heartbeat(cluster: Cluster, now: float, host: Host) -> list[Fact]:
     if host.state is HostState.LOST:
         return [
-            _fact(
+            fact(
                 "state",
                 now,
                 host.name,
@@ -314,16 +312,14 @@ def control(
                 f"cannot {action} host {host.name or host.key}: it is {host.state.value}",
             )
         state = "open" if action == "open" else "closed"
-        return [
-            _fact("state", now, by, key=host.key, state=state, why=why or f"{action}ed by {by}")
-        ]
+        return [fact("state", now, by, key=host.key, state=state, why=why or f"{action}ed by {by}")]
     if action != "decommission":
         raise Refused("bad_request", 422, f"unknown action {action!r}")
     if host.state is HostState.DRAINING:
         raise Refused("conflict", 409, f"host {host.name} is already draining")
     if host.state not in JOINED:  # expected, overdue, lost: nothing runs there
         return [
-            _fact(
+            fact(
                 "state",
                 now,
                 by,
@@ -339,7 +335,7 @@ def control(
         else (drain_timeout if drain_timeout is not None else cfg.drain_timeout)
     )
     facts = [
-        _fact(
+        fact(
             "drain",
             now,
             by,
@@ -361,7 +357,7 @@ def host_due(
     """Facts that time alone makes due for one host: overdue, drained, lost."""
     if host.state is HostState.EXPECTED and host.deadline is not None and now >= host.deadline:
         return [
-            _fact(
+            fact(
                 "state",
                 now,
                 CONTROLLER,
@@ -375,12 +371,12 @@ def host_due(
     seen = last_seen if last_seen is not None else (host.joined_at or now)
     if now - seen > cfg.host_loss_grace:
         facts = [
-            _fact("job_requeued", now, CONTROLLER, id=j.id, why=f"host {host.name} lost")
+            fact("job_requeued", now, CONTROLLER, id=j.id, why=f"host {host.name} lost")
             for j in cluster.jobs_on(host.key)
         ]
         return [
             *facts,
-            _fact(
+            fact(
                 "state",
                 now,
                 CONTROLLER,
@@ -399,22 +395,22 @@ def _drain_due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
     jobs = cluster.jobs_on(host.key)
     why = host.drain.why or "decommissioned"
     if not jobs:
-        return [_fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=why)]
+        return [fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=why)]
     deadline = host.drain.deadline
     if deadline is None or now < deadline:
         return []
     if host.drain.policy is DrainPolicy.KILL:
         facts = [
-            _fact("job_killed", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
+            fact("job_killed", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
             for j in jobs
         ]
     else:
         facts = [
-            _fact("job_requeued", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
+            fact("job_requeued", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
             for j in jobs
         ]
     done = f"{why} (drain timed out after {host.drain.timeout:g}s: {host.drain.policy.value})"
-    return [*facts, _fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=done)]
+    return [*facts, fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=done)]
 
 
 def next_due(host: Host, cfg: ClusterConfig, last_seen: float | None) -> float | None:
@@ -428,58 +424,3 @@ def next_due(host: Host, cfg: ClusterConfig, last_seen: float | None) -> float |
     if host.drain is not None and host.drain.deadline is not None:
         due = min(due, host.drain.deadline)
     return due
-
-
-# --- jobs -----------------------------------------------------------------------------
-
-
-def submit(
-    cluster: Cluster, now: float, by: str, command: Iterable[str], slots: int, host: str = ""
-) -> list[Fact]:
-    argv = list(command)
-    if not argv:
-        raise Refused("bad_request", 422, "a job needs a command")
-    return [
-        _fact("job_submitted", now, by, id=cluster.next_job, command=argv, slots=slots, host=host)
-    ]
-
-
-def place(cluster: Cluster, cfg: ClusterConfig, now: float) -> list[Fact]:
-    """FIFO placement of pending jobs on open hosts by free slots."""
-    free: dict[str, int] = {}
-    for host in cluster.hosts.values():
-        if host.state is HostState.OPEN:
-            template = cfg.templates.get(host.template)
-            free[host.key] = template.slots if template else 1
-    if not free:
-        return []
-    for job in cluster.jobs.values():
-        if job.state in (JobState.ASSIGNED, JobState.RUNNING) and job.assigned in free:
-            free[job.assigned] -= job.slots
-    facts = []
-    names = {h.key: h.name for h in cluster.hosts.values()}
-    for job in sorted(cluster.jobs.values(), key=lambda j: j.id):
-        if job.state is not JobState.PENDING:
-            continue
-        fits = [
-            k for k, n in free.items() if n >= job.slots and (not job.host or names[k] == job.host)
-        ]
-        if not fits:
-            continue
-        key = max(fits, key=lambda k: free[k])
-        free[key] -= job.slots
-        facts.append(_fact("job_assigned", now, CONTROLLER, id=job.id, key=key))
-    return facts
-
-
-def job_report(
-    cluster: Cluster, now: float, host: Host, job_id: int, event: str, exit_code: int | None = None
-) -> list[Fact]:
-    job = cluster.jobs.get(job_id)
-    if job is None or job.assigned != host.key:
-        raise Refused("not_found", 404, f"job {job_id} is not assigned to {host.name}")
-    if event == "started" and job.state is JobState.ASSIGNED:
-        return [_fact("job_started", now, host.name, id=job_id)]
-    if event == "finished" and job.state in (JobState.ASSIGNED, JobState.RUNNING):
-        return [_fact("job_finished", now, host.name, id=job_id, exit_code=exit_code or 0)]
-    return []

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from xce_agent.controller import jobs as jobmodel
 from xce_agent.controller import lifecycle as lc
 from xce_agent.controller.config import ClusterConfig
 from xce_agent.controller.facts import apply
@@ -68,7 +69,7 @@ class Controller:
                 facts += lc.host_due(self.cluster, self.cfg, now, host, self.seen.get(key))
         if facts:
             return facts
-        return lc.place(self.cluster, self.cfg, now)
+        return jobmodel.place(self.cluster, self.cfg, now)
 
     def _wake(self, keys: set[str]) -> None:
         for key in keys:

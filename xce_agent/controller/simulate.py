@@ -11,174 +11,17 @@ import csv
 import functools
 import heapq
 import itertools
-import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xce_agent.controller import jobs as jobmodel
 from xce_agent.controller import lifecycle as lc
-from xce_agent.controller.config import ClusterConfig, load_cluster_config
 from xce_agent.controller.facts import apply
 from xce_agent.controller.model import Cluster, Fact, Host, HostState, JobState
-from xce_agent.errors import ConfigError
-from xce_agent.validation import Checker
-from xce_agent.yamlsource import LineDict, SourceError, load_file
-
-DISTRIBUTIONS = ("fixed", "uniform", "exponential", "lognormal")
-
-
-@dataclass(frozen=True)
-class Dist:
-    kind: str = "fixed"
-    mean: float = 0.0
-    low: float = 0.0
-    high: float = 0.0
-    sd: float = 0.0
-
-    def draw(self, rng: random.Random) -> float:
-        if self.kind == "uniform":
-            return rng.uniform(self.low, self.high)
-        if self.kind == "exponential":
-            return rng.expovariate(1 / self.mean) if self.mean > 0 else 0.0
-        if self.kind == "lognormal" and self.mean > 0:
-            sigma = math.sqrt(math.log(1 + (self.sd / self.mean) ** 2))
-            return rng.lognormvariate(math.log(self.mean) - sigma**2 / 2, sigma)
-        return self.mean
-
-
-@dataclass(frozen=True)
-class Scenario:
-    hosts: int
-    duration: float
-    seed: int
-    template: str
-    join_delay: Dist
-    never_join: float
-    spot_loss_per_hour: float
-    reclaims: int
-    reclaim_window: tuple[float, float]
-    drain_timeout: float
-    drain_policy: str
-    jobs_per_host: int
-    job_duration: Dist
-    return_delay: float
-    cluster: ClusterConfig = field(repr=False, default_factory=lambda: load_cluster_config(None))
-
-
-def load_scenario(path: Path) -> Scenario:
-    try:
-        doc = load_file(path)
-    except SourceError as exc:
-        raise ConfigError([str(exc)]) from None
-    c = Checker(str(path))
-    c.allowed_keys(
-        doc,
-        "",
-        (
-            "version",
-            "cluster_config",
-            "hosts",
-            "duration",
-            "seed",
-            "template",
-            "join_delay",
-            "never_join",
-            "spot_loss_per_hour",
-            "reclaims",
-            "jobs",
-            "return_delay",
-        ),
-    )
-    c.integer(doc, "version", "", required=True, minimum=1, maximum=1)
-    cluster_path = c.string(doc, "cluster_config", "", required=False)
-    hosts = c.integer(doc, "hosts", "", required=True, minimum=1, maximum=1_000_000)
-    duration = c.duration(doc, "duration", "", default=86400.0, positive=True)
-    seed = c.integer(doc, "seed", "", default=1)
-    template = c.string(doc, "template", "", required=False, default="default")
-    join_delay = _dist(doc, "join_delay", "", c, Dist("exponential", 60.0))
-    never = c.number(doc, "never_join", "", default=0.0, minimum=0.0, maximum=1.0)
-    spot = c.number(doc, "spot_loss_per_hour", "", default=0.0, minimum=0.0, maximum=1.0)
-    rec = c.mapping(doc, "reclaims", "", required=False) or LineDict()
-    if "reclaims" in doc:
-        c.allowed_keys(rec, "reclaims", ("count", "start", "end", "drain_timeout", "policy"))
-    count = c.integer(rec, "count", "reclaims", default=0, minimum=0)
-    start = c.duration(rec, "start", "reclaims", default=0.0)
-    end = c.duration(rec, "end", "reclaims", default=duration or 0.0)
-    drain_timeout = c.duration(rec, "drain_timeout", "reclaims", default=600.0)
-    policy = c.choice(rec, "policy", "reclaims", ("requeue", "kill", "wait"), default="requeue")
-    jobs = c.mapping(doc, "jobs", "", required=False) or LineDict()
-    if "jobs" in doc:
-        c.allowed_keys(jobs, "jobs", ("per_host", "duration"))
-    per_host = c.integer(jobs, "per_host", "jobs", default=1, minimum=0)
-    job_duration = _dist(jobs, "duration", "jobs", c, Dist("exponential", 1800.0))
-    return_delay = c.duration(doc, "return_delay", "", default=60.0)
-    cluster = None
-    try:
-        cluster = load_cluster_config(Path(cluster_path) if cluster_path else None)
-    except ConfigError as exc:
-        c.problems.extend(exc.problems)
-    values = (
-        hosts,
-        duration,
-        seed,
-        template,
-        join_delay,
-        never,
-        spot,
-        count,
-        start,
-        end,
-        drain_timeout,
-        policy,
-        per_host,
-        job_duration,
-        return_delay,
-        cluster,
-    )
-    if c.problems or any(v is None for v in values):
-        raise ConfigError(c.problems)
-    assert cluster is not None and template is not None
-    if template not in cluster.templates:
-        raise ConfigError(
-            [f"{path}: template: expected one of {', '.join(cluster.templates)}, got {template!r}"]
-        )
-    return Scenario(
-        int(hosts or 0),
-        float(duration or 0),
-        int(seed or 0),
-        template,
-        join_delay or Dist(),
-        float(never or 0),
-        float(spot or 0),
-        int(count or 0),
-        (float(start or 0), float(end or 0)),
-        float(drain_timeout or 0),
-        str(policy),
-        int(per_host or 0),
-        job_duration or Dist(),
-        float(return_delay or 0),
-        cluster,
-    )
-
-
-def _dist(node: LineDict, key: str, path: str, c: Checker, default: Dist) -> Dist | None:
-    if key not in node:
-        return default
-    d = c.mapping(node, key, path)
-    if d is None:
-        return None
-    p = f"{path}.{key}" if path else key
-    c.allowed_keys(d, p, ("distribution", "mean", "min", "max", "sd"))
-    kind = c.choice(d, "distribution", p, DISTRIBUTIONS, default="fixed")
-    mean = c.duration(d, "mean", p, default=0.0)
-    low = c.duration(d, "min", p, default=0.0)
-    high = c.duration(d, "max", p, default=low or 0.0)
-    sd = c.duration(d, "sd", p, default=(mean or 0.0) / 2)
-    if None in (kind, mean, low, high, sd):
-        return None
-    return Dist(str(kind), float(mean or 0), float(low or 0), float(high or 0), float(sd or 0))
+from xce_agent.controller.scenario import Scenario
 
 
 @dataclass
@@ -307,7 +150,7 @@ class Simulation:
     def _run_job(self, key: str) -> None:
         job_id = self.cluster.next_job
         name = self.cluster.hosts[key].name
-        self.commit(lc.submit(self.cluster, self.now, "sim", ["job"], 1, host=name))
+        self.commit(jobmodel.submit(self.cluster, self.now, "sim", ["job"], 1, host=name))
         self.commit(
             [
                 Fact("job_assigned", self.now, "controller", {"id": job_id, "key": key}),
