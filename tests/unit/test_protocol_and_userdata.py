@@ -1,0 +1,81 @@
+"""Which answers the agent trusts, and the user-data it renders for a provisioner."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from xce_agent.config import load_config
+from xce_agent.protocol import Identity, Outcome, classify
+from xce_agent.userdata import UserData, render
+
+ME = Identity("node1", "i-1")
+REFUSAL = {
+    "error": "decommissioned",
+    "host": "node1",
+    "instance_id": "i-1",
+    "reason": "r",
+    "protocol": "1.0",
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "outcome"),
+    [
+        (410, REFUSAL, Outcome.DECOMMISSIONED),
+        (410, {**REFUSAL, "host": "node2"}, Outcome.RETRY),
+        (410, {**REFUSAL, "instance_id": "i-2"}, Outcome.RETRY),
+        (410, {**REFUSAL, "reason": None}, Outcome.RETRY),
+        (410, {**REFUSAL, "error": "gone"}, Outcome.RETRY),
+        (500, REFUSAL, Outcome.RETRY),
+        (200, None, Outcome.RETRY),
+        (200, [REFUSAL], Outcome.RETRY),
+        (200, {"host": "node1", "state": "open", "protocol": "1.3", "new": 1}, Outcome.ACCEPTED),
+        (200, {"host": "node2", "state": "open"}, Outcome.RETRY),
+        (410, {**REFUSAL, "protocol": "2.0"}, Outcome.INCOMPATIBLE),
+        (403, {"error": "unmatched", "message": "no"}, Outcome.REFUSED),
+        (503, {"error": "busy"}, Outcome.RETRY),
+    ],
+)
+def test_only_a_well_formed_refusal_for_this_host_is_a_decommission(
+    status: int, body: Any, outcome: Outcome
+) -> None:
+    assert classify(status, body, ME).outcome is outcome
+
+
+def test_newer_major_version_is_reported_clearly() -> None:
+    answer = classify(200, {"host": "node1", "state": "open", "protocol": "2.1"}, ME)
+    assert answer.detail == "controller speaks protocol 2.1, this agent 1.0"
+
+
+def test_rendered_user_data_writes_a_config_the_agent_accepts(tmp_path: Path) -> None:
+    data = UserData(
+        controller_url="https://ctl:8443",
+        template="gpu",
+        provider="aws",
+        token="s3cret",
+        worker_command=(sys.executable, "-c", "pass"),
+    )
+    text = render(data)
+    assert text.startswith("#cloud-config\n")
+    doc = yaml.safe_load(text)
+    files = {f["path"]: f for f in doc["write_files"]}
+    assert files["/etc/xce/join-token"]["permissions"] == "0600"
+    assert "s3cret" not in files["/etc/xce/agent.yaml"]["content"]
+    assert doc["runcmd"] == [["systemctl", "enable", "--now", "xce-agent.service"]]
+    token = tmp_path / "join-token"
+    token.write_text(files["/etc/xce/join-token"]["content"])
+    config_text = files["/etc/xce/agent.yaml"]["content"].replace("/etc/xce/join-token", str(token))
+    config_text = config_text.replace("/var/lib/xce-agent", str(tmp_path / "state"))
+    (tmp_path / "agent.yaml").write_text(config_text)
+    instance_data = tmp_path / "instance-data.json"
+    instance_data.write_text(json.dumps({"v1": {"instance_id": "i-from-cloud-init"}}))
+    config = load_config(tmp_path / "agent.yaml", instance_data=instance_data)
+    assert config.instance.id == "i-from-cloud-init" and config.instance.template == "gpu"
+    assert config.controller is not None and config.controller.token == "s3cret"
+    assert config.components[0].decommission_exit_codes == frozenset({100})
