@@ -9,7 +9,6 @@ the agent. See docs/operations.md.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import os
@@ -18,7 +17,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from xce_agent.config import AgentConfig
 from xce_agent.errors import StateError
@@ -288,27 +286,3 @@ class Agent:
         if line != self._last_status:
             self._last_status = line
             self.notifier.notify(f"STATUS={line}")
-
-
-def state_directory_of(config: AgentConfig) -> Path:
-    return config.state_directory
-
-
-def send_stop(store: StateStore, timeout: float, poll: float = 0.05) -> bool:
-    """Ask the running agent to stop its components and exit; True once it is gone."""
-    state = store.read_only()
-    if state is None or state.agent is None:
-        return False
-    current = identify(state.agent.pid)
-    if current is None or abs(current.create_time - state.agent.create_time) > 0.05:
-        return False
-    os.kill(state.agent.pid, signal.SIGUSR2)
-    deadline = time.monotonic() + timeout
-    with contextlib.suppress(OSError):
-        pidfd = os.pidfd_open(state.agent.pid)
-        import select
-
-        ready, _, _ = select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
-        os.close(pidfd)
-        return bool(ready)
-    return True

@@ -111,19 +111,14 @@ def status(config_file: str | None, state_dir: Path | None, as_json: bool) -> No
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait.")
 def stop(config_file: str | None, timeout: float) -> None:
     """Stop every component gracefully, then the agent (a restart keeps them running)."""
-    from xce_agent.agent import send_stop
-    from xce_agent.state import StateStore
+    from xce_agent.stopping import stop_host
 
     config = _load(config_file)
     try:
-        stopped = send_stop(StateStore(config.state_directory), timeout)
-    except StateError as exc:
+        click.echo(f"xce-agent: {stop_host(config, timeout)}")
+    except (StateError, TimeoutError, OSError) as exc:
         click.echo(f"xce-agent: {exc}", err=True)
         sys.exit(1)
-    if not stopped:
-        click.echo("xce-agent: no running agent found, or it did not stop in time", err=True)
-        sys.exit(1)
-    click.echo("xce-agent: components stopped, agent exited")
 
 
 @main.command("sample-worker")

@@ -222,3 +222,26 @@ def test_script_started_through_its_shebang_is_adopted(tmp_path: Path) -> None:
     finally:
         subprocess.run([*AGENT, "stop", "--config", str(config)], capture_output=True, timeout=30)
         agent.wait(timeout=10)
+
+
+def test_stop_without_a_running_agent_stops_the_left_components(tmp_path: Path) -> None:
+    """`systemctl stop` leaves the worker running by design; `xce-agent stop` ends it."""
+    config = write_config(tmp_path)
+    agent = start_agent(config)
+    wait_for(lambda: worker_pid(tmp_path))
+    pid = worker_pid(tmp_path)
+    assert pid is not None
+    agent.send_signal(signal.SIGTERM)
+    agent.wait(timeout=10)
+    assert alive(pid)
+    stop = subprocess.run(
+        [*AGENT, "stop", "--config", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout.strip() == "xce-agent: no agent was running; stopped xce-worker"
+    wait_for(lambda: not alive(pid), timeout=5)
+    assert state_of(tmp_path)["components"][0]["phase"] == "stopped"
+    again = subprocess.run(
+        [*AGENT, "stop", "--config", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert "nothing to stop" in again.stdout
