@@ -145,6 +145,16 @@ def host(client: Client, name: str, as_json: bool) -> None:
             f"{'drain':<17} policy {d['policy']}, timeout {d['timeout']}, "
             f"deadline {_when(d['deadline'])}"
         )
+    report = h.get("report")
+    if report:
+        lines.append(
+            f"{'agent report':<17} {report.get('agent_state', '-')} at {_when(report.get('at'))}"
+        )
+        lines += [
+            f"  {c['name']:<15} {c['state']:<9} pid {c.get('pid') or '-'}, "
+            f"restarts {c.get('restarts', 0)}"
+            for c in report.get("components", [])
+        ]
     lines.append("history:")
     lines += [
         f"  {_when(c['at'])}  {c['state']:<15} by {c['by']}: {c['why']}" for c in h["history"]
