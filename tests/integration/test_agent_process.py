@@ -240,7 +240,8 @@ def test_stop_without_a_running_agent_stops_the_left_components(tmp_path: Path) 
     assert stop.returncode == 0, stop.stderr
     assert stop.stdout.strip() == "xce-agent: no agent was running; stopped xce-worker"
     wait_for(lambda: not alive(pid), timeout=5)
-    assert state_of(tmp_path)["components"][0]["phase"] == "stopped"
+    comps = state_of(tmp_path)["components"]
+    assert isinstance(comps, list) and comps[0]["phase"] == "stopped"
     again = subprocess.run(
         [*AGENT, "stop", "--config", str(config)], capture_output=True, text=True, timeout=30
     )
