@@ -79,6 +79,10 @@ def run(config_file: str | None) -> None:
     except StateError as exc:
         click.echo(f"xce-agent: {exc}", err=True)
         sys.exit(1)
+    except OSError as exc:  # e.g. a state directory the agent may not write
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"xce-agent: {where}{exc.strerror or exc}", err=True)
+        sys.exit(1)
     sys.exit(code)
 
 
