@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from xce_agent.controller_client import ControllerClient
-from xce_agent.protocol import Answer, Outcome, number
+from xce_agent.protocol import Answer, Outcome, number, template_of
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,8 @@ class ControllerLink:
         attempt = 0
         while not self.stopped.is_set():
             answer = self.client.join(self.join_payload())
+            if answer.outcome is Outcome.ACCEPTED and template_of(answer.body) is None:
+                answer = Answer(Outcome.RETRY, "join answer without a usable template")
             if answer.outcome is Outcome.ACCEPTED:
                 self.interval = number(answer.body, "heartbeat_interval", self.interval)
                 self.grace = number(answer.body, "host_loss_grace", self.grace)
