@@ -73,7 +73,7 @@ CASES: dict[str, tuple[int, Any]] = {
 }
 
 
-def hostile_server(status: int, body: Any) -> ThreadingHTTPServer:
+def hostile_server(status: int, body: Any, join: Any = None) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:
             pass
@@ -100,7 +100,7 @@ def hostile_server(status: int, body: Any) -> ThreadingHTTPServer:
             length = int(self.headers.get("Content-Length", 0))
             self.rfile.read(length)
             if self.path == "/v1/join":
-                self._send(200, ACCEPT)
+                self._send(200, ACCEPT if join is None else join)
             else:
                 self._hostile()
 
@@ -157,5 +157,25 @@ def test_tls_failure_is_a_failed_contact_not_a_refusal() -> None:
         )
         assert plain.heartbeat({}).outcome is Outcome.DECOMMISSIONED  # the control case
     finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_join_answer_without_template_does_not_start_the_worker(tmp_path: Path) -> None:
+    broken = {k: v for k, v in ACCEPT.items() if k != "template"}
+    server = hostile_server(200, {**ACCEPT, "jobs": []}, join=broken)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    agent = AgentProcess(tmp_path, url, "i-1", "node1", worker=sleeper).start()
+    try:
+        wait_for(
+            lambda: (
+                agent.state().get("controller", {}).get("detail")
+                == "join answer without a usable template"
+            )
+        )
+        assert agent.worker().get("phase") == "stopped"
+    finally:
+        agent.stop()
         server.shutdown()
         server.server_close()
