@@ -57,7 +57,9 @@ def run(runs: int = 50) -> str:
 
         ec.controller.store.commit = commit  # type: ignore[method-assign,assignment]
         try:
-            latencies = [one_run(ec.url, workdir, i, recorded) for i in range(runs)]
+            latencies = [
+                one_run(ec.url, ec.admin_headers, workdir, i, recorded) for i in range(runs)
+            ]
         finally:
             ec.stop()
     peer = cfg.heartbeat_interval / 2 * 1000
@@ -77,13 +79,16 @@ def run(runs: int = 50) -> str:
     return table(f"Decommission latency, {time.strftime('%Y-%m-%d')}", header, rows)
 
 
-def one_run(url: str, workdir: Path, index: int, recorded: dict[str, float]) -> float:
+def one_run(
+    url: str, admin: dict[str, str], workdir: Path, index: int, recorded: dict[str, float]
+) -> float:
     instance, host = f"i-bench-{index}", f"bench{index}"
     run_dir = workdir / host
     run_dir.mkdir()
     stamp = run_dir / "sigterm"
     requests.post(
         f"{url}/v1/expected",
+        headers=admin,
         json={"instance_id": instance, "template": "default", "expected_name": host},
         timeout=10,
     )
@@ -108,7 +113,7 @@ def one_run(url: str, workdir: Path, index: int, recorded: dict[str, float]) -> 
             )
         )
         time.sleep(0.3)  # the worker installs its handler; the agent's watch is waiting
-        requests.post(f"{url}/v1/hosts/{host}/decommission", json={}, timeout=10)
+        requests.post(f"{url}/v1/hosts/{host}/decommission", json={}, headers=admin, timeout=10)
         wait(stamp.exists)
         time.sleep(0.05)
         return (float(stamp.read_text()) - recorded[instance]) * 1000

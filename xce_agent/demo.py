@@ -52,7 +52,8 @@ class Demo:
         raise DemoFailed(f"{what}: did not happen within {timeout:.0f}s")
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
-        response = requests.request(method, self.url + path, timeout=10, **kw)
+        headers = self.controller.admin_headers
+        response = requests.request(method, self.url + path, timeout=10, headers=headers, **kw)
         if response.status_code >= 400:
             raise DemoFailed(f"{method} {path}: {response.status_code} {response.text[:200]}")
         return response.json()

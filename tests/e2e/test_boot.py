@@ -76,7 +76,10 @@ class Cluster:
         self.machines: list[Machine] = []
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
-        return requests.request(method, self.ctl.url + path, timeout=10, **kw).json()
+        headers = self.ctl.admin_headers()
+        return requests.request(
+            method, self.ctl.url + path, timeout=10, headers=headers, **kw
+        ).json()
 
 
 @pytest.fixture(scope="module")

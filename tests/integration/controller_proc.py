@@ -57,6 +57,12 @@ class ControllerProcess:
             time.sleep(0.05)
         raise RuntimeError("controller did not start")
 
+    def admin_headers(self) -> dict[str, str]:
+        """The admin token `serve` generated (clusters that configure one pass it themselves)."""
+        path = Path(f"{self.db}.admin-token")
+        token = path.read_text().strip() if path.exists() else ""
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)

@@ -43,7 +43,8 @@ class World:
         self.agents: list[AgentProcess] = []
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
-        response = requests.request(method, self.ctl.url + path, timeout=10, **kw)
+        headers = self.ctl.admin_headers()
+        response = requests.request(method, self.ctl.url + path, timeout=10, headers=headers, **kw)
         return response.json()
 
     def expect(self, instance: str, **body: Any) -> None:

@@ -203,3 +203,30 @@ def test_restart_resumes_deadlines_from_stored_time(tmp_path: Path) -> None:
         assert hosts == {"i-1": "overdue", "host:n2": "lost"}
     finally:
         ctl.stop()
+
+
+def test_without_a_configured_admin_token_one_is_made_per_run(tmp_path: Path) -> None:
+    ctl = ControllerProcess(tmp_path, "version: 1\ntemplates:\n  default: {slots: 1}\n").start()
+    try:
+        token_file = Path(f"{ctl.db}.admin-token")
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert requests.get(ctl.url + "/v1/hosts", timeout=5).status_code == 401
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "xce_agent.controller.xcecli",
+                "--url",
+                ctl.url,
+                "--token-file",
+                str(token_file),
+                "hosts",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0 and out.stdout.strip() == "[]"
+    finally:
+        ctl.stop()

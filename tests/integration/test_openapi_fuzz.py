@@ -41,4 +41,5 @@ schema = schema.exclude(path_regex="watch")
 @schema.parametrize()  # type: ignore[untyped-decorator]
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_schema(case: Any) -> None:
-    case.call_and_validate()
+    token = app().state.controller.cfg.admin_token  # type: ignore[attr-defined]
+    case.call_and_validate(headers={"Authorization": f"Bearer {token}"})

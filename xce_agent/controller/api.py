@@ -48,7 +48,7 @@ def _bearer(authorization: Optional[str]) -> str:
 
 def _admin(request: Request, authorization: Annotated[Optional[str], Header()] = None) -> str:
     token = request.app.state.controller.cfg.admin_token
-    if token and not hmac.compare_digest(_bearer(authorization), token):
+    if not hmac.compare_digest(_bearer(authorization), token):
         raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
     return "admin"
 

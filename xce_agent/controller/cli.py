@@ -39,7 +39,8 @@ def main() -> None:
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
 def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
     """Serve the REST API until SIGTERM."""
-    from xce_agent.controller.server import bind, make_server
+    from xce_agent.controller.server import bind, make_server, token_file
+    from xce_agent.state import write_atomic
 
     cfg = _config(config_file)
     host, _, port_text = listen.rpartition(":")
@@ -49,7 +50,7 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
         sys.exit(2)
     if not cfg.admin_token and not _loopback(host):
         click.echo(
-            "xce-controller: auth.admin_token: expected a token when listening beyond "
+            "xce-controller: auth.admin_token: expected a configured token when listening beyond "
             f"loopback, got none (--listen {listen})",
             err=True,
         )
@@ -61,7 +62,11 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
         click.echo(f"xce-controller: cannot listen on {listen}: {exc.strerror}", err=True)
         sys.exit(1)
     port = sock.getsockname()[1]
-    server, _ = make_server(cfg, db, sock)
+    server, controller = make_server(cfg, db, sock)
+    if controller.generated_token:
+        path = token_file(db)
+        write_atomic(path, controller.cfg.admin_token + "\n", mode=0o600)
+        click.echo(f"xce-controller: admin token for this run in {path}", err=True)
     if port_file:
         port_file.write_text(f"{port}\n")
     click.echo(f"xce-controller: listening on http://{host}:{port}", err=True)

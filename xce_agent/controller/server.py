@@ -30,6 +30,11 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def token_file(db: Path) -> Path:
+    """Where `serve` puts a generated admin token: beside the database, mode 0600."""
+    return Path(f"{db}.admin-token")
+
+
 def make_server(
     cfg: ClusterConfig, db: Path, sock: socket.socket
 ) -> tuple[uvicorn.Server, Controller]:
@@ -55,6 +60,8 @@ class EmbeddedController:
         self.port = self.sock.getsockname()[1]
         self.url = f"http://{host}:{self.port}"
         self.server, self.controller = make_server(cfg, db, self.sock)
+        self.admin_token = self.controller.cfg.admin_token
+        self.admin_headers = {"Authorization": f"Bearer {self.admin_token}"}
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
 
     def _run(self) -> None:

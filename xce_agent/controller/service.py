@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import secrets
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from xce_agent.controller import jobs as jobmodel
@@ -27,6 +29,11 @@ TICK = 0.25  # seconds between sweeps for deadlines, drains and lost hosts
 
 class Controller:
     def __init__(self, cfg: ClusterConfig, store: Store, clock: Callable[[], float] = time.time):
+        # Admin calls always need a token: without one in the config, one is made per run
+        # (`xce-controller serve` writes it next to the database for xcecli).
+        self.generated_token = not cfg.admin_token
+        if self.generated_token:
+            cfg = replace(cfg, admin_token=secrets.token_urlsafe(24))
         self.cfg = cfg
         self.store = store
         self.clock = clock

@@ -65,9 +65,23 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 @click.option(
     "--token", envvar="XCE_ADMIN_TOKEN", default="", help="Admin token ($XCE_ADMIN_TOKEN)."
 )
+@click.option(
+    "--token-file",
+    envvar="XCE_ADMIN_TOKEN_FILE",
+    type=click.Path(dir_okay=False),
+    help="File holding the admin token ($XCE_ADMIN_TOKEN_FILE), such as the DB.admin-token "
+    "file `xce-controller serve` writes when the config sets none.",
+)
 @click.pass_context
-def main(ctx: click.Context, url: str, token: str) -> None:
+def main(ctx: click.Context, url: str, token: str, token_file: str | None) -> None:
     """Admin CLI of the XCE reference controller."""
+    if token_file and not token:
+        try:
+            with open(token_file, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError as exc:
+            click.echo(f"xcecli: --token-file {token_file}: {exc.strerror}", err=True)
+            sys.exit(2)
     ctx.obj = Client(url, token)
 
 
