@@ -32,7 +32,13 @@ from xce_agent.state import (
 )
 from xce_agent.status_line import status_line
 from xce_agent.supervision import machine as m
-from xce_agent.supervision.process import ProcessIdentity, ProcessRunner, boot_id, identify
+from xce_agent.supervision.process import (
+    ProcessIdentity,
+    ProcessRunner,
+    boot_id,
+    identify,
+    same_process,
+)
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
 
@@ -93,7 +99,6 @@ class Agent:
         )
         self._since: dict[str, float] = {}
         self._lock_fd: int | None = None
-        self._exit_code = 0
         self._leaving: str | None = None  # "detach" or "stop" once the agent is on its way out
         self._last_status = ""
 
@@ -112,7 +117,7 @@ class Agent:
             self.notifier.notify("READY=1")
             self._start_watchdog()
             self.reactor.run(until=self._done)
-            return self._exit_code
+            return 0
         finally:
             self._finish()
 
@@ -173,8 +178,7 @@ class Agent:
 
     def _retire_unknown(self, name: str, identity: ProcessIdentity) -> None:
         """A component removed from the config but still running from before: stop it."""
-        current = identify(identity.pid)
-        if current and abs(current.create_time - identity.create_time) < 0.05:
+        if same_process(identity.pid, identity.create_time):
             log.warning("%s: no longer configured; sending SIGTERM to its group", name)
             self.supervisor.runner.signal_group(identity.pid, signal.SIGTERM)
 

@@ -122,7 +122,6 @@ class ControllerLink:
 
     def _heartbeats(self) -> bool:
         """Heartbeat until stopped (False) or the controller forgot us (True: join again)."""
-        failures = 0
         while not self.stopped.wait(self.interval * (0.9 + 0.2 * self.rand())):
             answer = self.client.heartbeat(self.heartbeat_payload())
             if self._final(answer):
@@ -130,10 +129,6 @@ class ControllerLink:
             if answer.outcome is Outcome.REFUSED and "unknown_host" in answer.detail:
                 log.warning("controller no longer knows this host: joining again")
                 return True
-            if answer.outcome is not Outcome.ACCEPTED:
-                failures += 1
-            else:
-                failures = 0
             self._report(answer)
         return False
 

@@ -99,12 +99,13 @@ class Membership:
             self._contact("decommissioned", tomb.reason)
             self.set_state(replace(self.get_state(), lifecycle="decommissioned"))
             return
+        env = self._template_env()
         for name, spec in self.supervisor.specs.items():
             waits = self.config.controller is not None and spec.role in JOIN_FIRST_ROLES
             if not waits:
                 self.supervisor.start(name, "agent started")
-            elif self._template_env() is not None and name in self.supervisor.handles:
-                self.supervisor.runner.set_extra_env(name, self._template_env() or {})
+            elif env is not None and name in self.supervisor.handles:
+                self.supervisor.runner.set_extra_env(name, env)
         if self.config.controller is None:
             return
         # Imported here: requests costs ~7 MB of RSS an agent without a controller never needs.

@@ -22,6 +22,8 @@ from typing import Any
 
 import requests
 
+from xce_agent.protocol import Identity, Outcome, classify
+
 DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
 log = logging.getLogger("sample-worker")
 
@@ -69,9 +71,8 @@ class SampleWorker:
             body = response.json()
         except ValueError:
             return
-        if not isinstance(body, dict) or body.get("error") != "decommissioned":
-            return
-        if body.get("host") == self.host and body.get("instance_id") == self.instance:
+        answer = classify(response.status_code, body, Identity(self.host, self.instance))
+        if answer.outcome is Outcome.DECOMMISSIONED:
             log.warning("rejoin refused: %s", body.get("message"))
             self.kill_all()
             sys.exit(DECOMMISSIONED_EXIT)

@@ -19,12 +19,7 @@ from dataclasses import replace
 from xce_agent.agent import LOCK_FILE
 from xce_agent.config import AgentConfig
 from xce_agent.state import AgentState, StateStore
-from xce_agent.supervision.process import ProcessIdentity, boot_id, create_time
-
-
-def _same_process(pid: int, started: float) -> bool:
-    created = create_time(pid)
-    return bool(created) and abs(created - started) <= 0.05
+from xce_agent.supervision.process import ProcessIdentity, boot_id, same_process
 
 
 def _wait_gone(pidfd: int, timeout: float) -> bool:
@@ -39,7 +34,7 @@ def stop_host(config: AgentConfig, timeout: float) -> str:
     if state is None:
         return "nothing to stop: the agent has not run here"
     agent = state.agent
-    if agent is not None and _same_process(agent.pid, agent.create_time):
+    if agent is not None and same_process(agent.pid, agent.create_time):
         return _ask_agent(agent.pid, timeout)
     return _stop_leftovers(config, store, state)
 
@@ -69,7 +64,7 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
             identity = ProcessIdentity.from_json(record.identity) if record.identity else None
             if identity is None or identity.boot_id != boot_id():
                 continue
-            if not _same_process(identity.pid, identity.create_time):
+            if not same_process(identity.pid, identity.create_time):
                 continue
             spec = specs.get(record.name)
             _stop_group(

@@ -173,19 +173,6 @@ class Checker:
             return None
         return seconds
 
-    def boolean(
-        self, parent: LineDict, key: str, path: str, default: bool | None = None
-    ) -> bool | None:
-        value = self._get(parent, key, path, "true or false", False)
-        if value is _MISSING:
-            return default
-        if not isinstance(value, bool):
-            self.report(
-                join_path(path, key), "true or false", describe(value), self.line_of(parent, key)
-            )
-            return None
-        return value
-
     def choice(
         self,
         parent: LineDict,

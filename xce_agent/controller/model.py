@@ -157,6 +157,3 @@ class Cluster:
 
     def jobs_on(self, key: str) -> list[Job]:
         return [self.jobs[i] for i in sorted(self.active.get(key, ()))]
-
-    def used_slots(self, key: str) -> int:
-        return sum(j.slots for j in self.jobs_on(key))

@@ -169,9 +169,9 @@ class Controller:
         return self.cluster.hosts[host.key]
 
     # --- admin ------------------------------------------------------------------------
-    def find_host(self, name: str, include_gone: bool = True) -> Host:
+    def find_host(self, name: str) -> Host:
         host = self.cluster.hosts.get(name) or self.cluster.host_by_name(name)
-        if host is None or (not include_gone and host.state in TERMINAL):
+        if host is None:
             raise lc.Refused("not_found", 404, f"no host {name}")
         return host
 

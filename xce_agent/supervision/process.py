@@ -17,7 +17,6 @@ import grp
 import logging
 import os
 import pwd
-import signal
 import stat
 import subprocess
 from collections.abc import Mapping
@@ -108,6 +107,12 @@ def identify(pid: int) -> ProcessIdentity | None:
 @functools.lru_cache(maxsize=1)
 def _boot_time() -> float:
     return psutil.boot_time()
+
+
+def same_process(pid: int, started: float) -> bool:
+    """`pid` is still the process that started at `started` (epoch seconds, as recorded)."""
+    created = create_time(pid)
+    return bool(created) and abs(created - started) <= 0.05
 
 
 def create_time(pid: int) -> float:
@@ -262,8 +267,7 @@ class ProcessRunner:
         # pid + start time (+ boot id) names one process; the pidfd was opened before the
         # check, so a pid reused after it cannot slip in. The command line is not compared
         # with /proc: a script's interpreter or a process title would make it differ.
-        created = create_time(recorded.pid)
-        if not created or abs(created - recorded.create_time) > 0.05:
+        if not same_process(recorded.pid, recorded.create_time):
             os.close(pidfd)
             return None
         return Handle(recorded, pidfd, None)
@@ -298,15 +302,6 @@ class ProcessRunner:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signum)
 
-    def group_alive(self, pid: int) -> bool:
-        try:
-            os.killpg(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
 
 def _spawn_error_text(spec: ComponentSpec, exc: BaseException) -> str:
     if isinstance(exc, SpawnError):
@@ -316,8 +311,3 @@ def _spawn_error_text(spec: ComponentSpec, exc: BaseException) -> str:
             return f"{exc.filename}: {os.strerror(exc.errno)}"
         return f"{spec.command[0]}: {os.strerror(exc.errno)}"
     return f"{spec.command[0]}: {exc}"
-
-
-def terminate_group(pid: int, signum: int = signal.SIGTERM) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signum)
