@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml | system-deps
 	touch $@
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check xce_agent tests bench
-	$(VENV)/bin/ruff format --check xce_agent tests bench
+	$(VENV)/bin/ruff check xce_protocol xce_agent xce_controller tests bench
+	$(VENV)/bin/ruff format --check xce_protocol xce_agent xce_controller tests bench
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

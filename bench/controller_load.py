@@ -33,7 +33,7 @@ def start_controller(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
         [
             sys.executable,
             "-m",
-            "xce_agent.controller",
+            "xce_controller",
             "serve",
             "--db",
             str(workdir / "db"),

@@ -11,8 +11,8 @@ SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "scenario-10k.y
 
 
 def run() -> str:
-    from xce_agent.controller.scenario import load_scenario
-    from xce_agent.controller.simulate import run_scenario
+    from xce_controller.scenario import load_scenario
+    from xce_controller.simulate import run_scenario
 
     spec = load_scenario(SCENARIO)
     began = time.perf_counter()

@@ -1,3 +1,3 @@
 """xce-agent: the node agent of elastic and cloud-burst XCE hosts."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

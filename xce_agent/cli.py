@@ -15,8 +15,9 @@ from typing import Any
 import click
 
 from xce_agent import __version__
-from xce_agent.config import KNOWN_ROLES, AgentConfig, config_path, load_config
+from xce_agent.config import AgentConfig, config_path, load_config
 from xce_agent.errors import ConfigError, StateError
+from xce_protocol.roles import KNOWN_ROLES
 
 EX_CONFIG = 78
 EX_NOSTATE = 3
@@ -142,9 +143,9 @@ def sample_worker() -> None:
 @main.command()
 def demo() -> None:
     """Show the elastic-host lifecycle end to end on this machine (about 20 s)."""
-    from xce_agent.demo import run_demo
+    from xce_agent.demo_launcher import launch_demo
 
-    sys.exit(run_demo(click.echo))
+    sys.exit(launch_demo(click.echo))
 
 
 @main.command("render-user-data")

@@ -22,8 +22,8 @@ from xce_agent.supervision.spec import (
     RestartPolicy,
     RestartSpec,
 )
-from xce_agent.validation import Checker, describe, join_path
-from xce_agent.yamlsource import LineDict, LineList
+from xce_protocol.validation import Checker, describe, join_path
+from xce_protocol.yamlsource import LineDict, LineList
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")

@@ -15,15 +15,15 @@ from pathlib import Path
 from xce_agent.component_config import parse_component
 from xce_agent.errors import ConfigError
 from xce_agent.supervision.spec import ComponentSpec
-from xce_agent.validation import Checker, describe, join_path
-from xce_agent.yamlsource import LineDict, SourceError, load_file
+from xce_protocol.roles import KNOWN_ROLES
+from xce_protocol.validation import Checker, describe, join_path
+from xce_protocol.yamlsource import LineDict, SourceError, load_file
 
 DEFAULT_CONFIG_PATH = Path("/etc/xce/agent.yaml")
 DEFAULT_STATE_DIRECTORY = Path("/var/lib/xce-agent")
 DEFAULT_INSTANCE_DATA = Path("/run/cloud-init/instance-data.json")
 CONFIG_VERSION = 1
-# Roles a host can take (the brief's node-manager roles); components belong to one of them.
-KNOWN_ROLES = ("worker", "provisioner", "reverse-proxy")
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")

@@ -9,7 +9,7 @@ import requests
 
 from xce_agent import __version__
 from xce_agent.config import ControllerConfig
-from xce_agent.protocol import PROTOCOL, Answer, Identity, Outcome, classify
+from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, classify
 
 log = logging.getLogger(__name__)
 

@@ -1,19 +1,13 @@
-"""The agent's exception hierarchy: one base, one subclass per kind of failure the CLI maps."""
+"""The agent's own errors (the shared ones live in xce_protocol.errors)."""
 
 from __future__ import annotations
 
+from xce_protocol.errors import ConfigError, XceError
 
-class AgentError(Exception):
-    """Base of every error the agent raises on purpose."""
+AgentError = XceError
 
-
-class ConfigError(AgentError):
-    """The configuration is unusable; `problems` holds one human line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
+__all__ = ["AgentError", "ConfigError", "StateError"]
 
 
-class StateError(AgentError):
+class StateError(XceError):
     """The local state directory cannot be used."""

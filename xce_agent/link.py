@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from xce_agent.controller_client import ControllerClient
-from xce_agent.protocol import Answer, Outcome, number, template_of
+from xce_protocol.protocol import Answer, Outcome, number, template_of
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ import psutil
 
 from xce_agent import __version__
 from xce_agent.config import AgentConfig
-from xce_agent.protocol import PROTOCOL, Identity, template_of
-from xce_agent.state import AgentState, ControllerContact, Tombstone, write_atomic
+from xce_agent.state import AgentState, ControllerContact, Tombstone
 from xce_agent.supervision.process import boot_id
 from xce_agent.supervision.supervisor import Supervisor
+from xce_protocol.atomic_file import write_atomic
+from xce_protocol.protocol import PROTOCOL, Identity, template_of
 
 if TYPE_CHECKING:
     from xce_agent.link import ControllerLink

@@ -22,7 +22,7 @@ from typing import Any
 
 import requests
 
-from xce_agent.protocol import Identity, Outcome, classify
+from xce_protocol.protocol import Identity, Outcome, classify
 
 DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
 log = logging.getLogger("sample-worker")

@@ -10,13 +10,13 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from xce_agent.errors import StateError
+from xce_protocol.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -148,27 +148,6 @@ class StateStore:
 
     def save(self, state: AgentState) -> None:
         write_atomic(self.path, json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    """Temp file in the same directory, fsync, rename over, fsync the directory."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class StateWriter:

@@ -29,7 +29,7 @@ class ControllerProcess:
         args = [
             sys.executable,
             "-m",
-            "xce_agent.controller",
+            "xce_controller",
             "serve",
             "--db",
             str(self.db),

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.integration.controller_proc import ControllerProcess
-from xce_agent.controller.store import Store
+from xce_controller.store import Store
 
 CONFIG = """\
 version: 1
@@ -133,7 +133,7 @@ def test_jobs_drain_and_to_return_through_xcecli(ctl: ControllerProcess) -> None
             [
                 sys.executable,
                 "-m",
-                "xce_agent.controller.xcecli",
+                "xce_controller.xcecli",
                 "--url",
                 ctl.url,
                 "--token",
@@ -215,7 +215,7 @@ def test_without_a_configured_admin_token_one_is_made_per_run(tmp_path: Path) ->
             [
                 sys.executable,
                 "-m",
-                "xce_agent.controller.xcecli",
+                "xce_controller.xcecli",
                 "--url",
                 ctl.url,
                 "--token-file",

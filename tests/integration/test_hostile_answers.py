@@ -21,7 +21,7 @@ from tests.integration.agents import AgentProcess
 from tests.integration.helpers import wait_for
 from xce_agent.config import ControllerConfig
 from xce_agent.controller_client import ControllerClient
-from xce_agent.protocol import Identity, Outcome
+from xce_protocol.protocol import Identity, Outcome
 
 ACCEPT = {
     "protocol": "1.0",

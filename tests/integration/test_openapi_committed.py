@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_committed_openapi_matches_the_code() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "xce_agent.controller", "openapi"],
+        [sys.executable, "-m", "xce_controller", "openapi"],
         capture_output=True,
         text=True,
         check=True,

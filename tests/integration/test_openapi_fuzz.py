@@ -11,10 +11,10 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from xce_agent.controller.api import create_app  # noqa: E402
-from xce_agent.controller.config import load_cluster_config  # noqa: E402
-from xce_agent.controller.service import Controller  # noqa: E402
-from xce_agent.controller.store import Store  # noqa: E402
+from xce_controller.api import create_app  # noqa: E402
+from xce_controller.config import load_cluster_config  # noqa: E402
+from xce_controller.service import Controller  # noqa: E402
+from xce_controller.store import Store  # noqa: E402
 
 
 def make_app(tmp: Path) -> object:

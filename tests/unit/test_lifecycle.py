@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.controller import jobs as jobmodel
-from xce_agent.controller import lifecycle as lc
-from xce_agent.controller.config import ClusterConfig, Template, load_cluster_config
-from xce_agent.controller.facts import apply
-from xce_agent.controller.model import Cluster, DrainPolicy, Fact, HostState, JobState
 from xce_agent.errors import ConfigError
+from xce_controller import jobs as jobmodel
+from xce_controller import lifecycle as lc
+from xce_controller.config import ClusterConfig, Template, load_cluster_config
+from xce_controller.facts import apply
+from xce_controller.model import Cluster, DrainPolicy, Fact, HostState, JobState
 
 CFG = ClusterConfig(
     templates={"default": Template("default", slots=2), "gpu": Template("gpu", slots=1)},

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from xce_agent.config import load_config
-from xce_agent.protocol import Identity, Outcome, classify
 from xce_agent.userdata import UserData, render
+from xce_protocol.protocol import Identity, Outcome, classify
 
 ME = Identity("node1", "i-1")
 REFUSAL = {

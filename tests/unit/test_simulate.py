@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.controller.scenario import load_scenario
-from xce_agent.controller.simulate import run_scenario
 from xce_agent.errors import ConfigError
+from xce_controller.scenario import load_scenario
+from xce_controller.simulate import run_scenario
 
 SCENARIO = """\
 version: 1

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from xce_agent.controller.config import ClusterConfig
-from xce_agent.controller.lifecycle import CONTROLLER, Refused, fact
-from xce_agent.controller.model import Cluster, Fact, Host, HostState, JobState
+from xce_controller.config import ClusterConfig
+from xce_controller.lifecycle import CONTROLLER, Refused, fact
+from xce_controller.model import Cluster, Fact, Host, HostState, JobState
 
 
 def submit(

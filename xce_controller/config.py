@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xce_agent.config import KNOWN_ROLES as ROLES
-from xce_agent.controller.model import DrainPolicy
-from xce_agent.errors import ConfigError
-from xce_agent.validation import Checker, describe, join_path
-from xce_agent.yamlsource import LineDict, SourceError, load_file, load_text
+from xce_controller.model import DrainPolicy
+from xce_protocol.errors import ConfigError
+from xce_protocol.roles import KNOWN_ROLES as ROLES
+from xce_protocol.validation import Checker, describe, join_path
+from xce_protocol.yamlsource import LineDict, SourceError, load_file, load_text
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _WINDOW = re.compile(r"^(\S+\s+)?\d{1,2}:\d{2}-\d{1,2}:\d{2}$")

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from xce_agent.yamlsource import LineDict, LineList
+from xce_protocol.yamlsource import LineDict, LineList
 
 _MISSING = object()
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

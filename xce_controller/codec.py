@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xce_agent.controller.model import (
+from xce_controller.model import (
     Change,
     Drain,
     DrainPolicy,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import uvicorn
 
-from xce_agent.controller.api import create_app
-from xce_agent.controller.config import ClusterConfig
-from xce_agent.controller.service import Controller
-from xce_agent.controller.store import Store
+from xce_controller.api import create_app
+from xce_controller.config import ClusterConfig
+from xce_controller.service import Controller
+from xce_controller.store import Store
 
 log = logging.getLogger(__name__)
 

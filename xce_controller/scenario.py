@@ -10,10 +10,10 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xce_agent.controller.config import ClusterConfig, load_cluster_config
-from xce_agent.errors import ConfigError
-from xce_agent.validation import Checker
-from xce_agent.yamlsource import LineDict, SourceError, load_file
+from xce_controller.config import ClusterConfig, load_cluster_config
+from xce_protocol.errors import ConfigError
+from xce_protocol.validation import Checker
+from xce_protocol.yamlsource import LineDict, SourceError, load_file
 
 DISTRIBUTIONS = ("fixed", "uniform", "exponential", "lognormal")
 

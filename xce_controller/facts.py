@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from xce_agent.controller.model import (
+from xce_controller.model import (
     Change,
     Cluster,
     Drain,

@@ -13,11 +13,11 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from xce_agent.controller import jobs as jobmodel
-from xce_agent.controller import lifecycle as lc
-from xce_agent.controller.codec import host_to_json, job_to_json
-from xce_agent.controller.model import TERMINAL, Host, JobState
-from xce_agent.controller.schemas import (
+from xce_controller import jobs as jobmodel
+from xce_controller import lifecycle as lc
+from xce_controller.codec import host_to_json, job_to_json
+from xce_controller.model import TERMINAL, Host, JobState
+from xce_controller.schemas import (
     ControlBody,
     DecommissionBody,
     ErrorBody,
@@ -33,7 +33,7 @@ from xce_agent.controller.schemas import (
     SubmitBody,
     WatchAnswer,
 )
-from xce_agent.controller.service import PROTOCOL, Controller
+from xce_controller.service import PROTOCOL, Controller
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 422)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xce_agent.controller import jobs as jobmodel
-from xce_agent.controller import lifecycle as lc
-from xce_agent.controller.facts import apply
-from xce_agent.controller.model import Cluster, Fact, Host, HostState, JobState
-from xce_agent.controller.scenario import Scenario
+from xce_controller import jobs as jobmodel
+from xce_controller import lifecycle as lc
+from xce_controller.facts import apply
+from xce_controller.model import Cluster, Fact, Host, HostState, JobState
+from xce_controller.scenario import Scenario
 
 
 @dataclass

@@ -12,8 +12,8 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
-from xce_agent.controller.config import ClusterConfig
-from xce_agent.controller.model import (
+from xce_controller.config import ClusterConfig
+from xce_controller.model import (
     JOINED,
     TERMINAL,
     Cluster,

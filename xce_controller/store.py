@@ -12,9 +12,9 @@ import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
-from xce_agent.controller.codec import host_from_json, host_to_json, job_from_json, job_to_json
-from xce_agent.controller.facts import apply
-from xce_agent.controller.model import Cluster, Fact
+from xce_controller.codec import host_from_json, host_to_json, job_from_json, job_to_json
+from xce_controller.facts import apply
+from xce_controller.model import Cluster, Fact
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS facts (

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from xce_agent.controller import jobs as jobmodel
-from xce_agent.controller import lifecycle as lc
-from xce_agent.controller.config import ClusterConfig
-from xce_agent.controller.facts import apply
-from xce_agent.controller.model import TERMINAL, Fact, Host
-from xce_agent.controller.store import Store
+from xce_controller import jobs as jobmodel
+from xce_controller import lifecycle as lc
+from xce_controller.config import ClusterConfig
+from xce_controller.facts import apply
+from xce_controller.model import TERMINAL, Fact, Host
+from xce_controller.store import Store
 
 log = logging.getLogger(__name__)
 PROTOCOL = "1.0"

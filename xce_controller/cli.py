@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from xce_agent.controller.config import ClusterConfig, load_cluster_config
-from xce_agent.errors import ConfigError
+from xce_controller.config import ClusterConfig, load_cluster_config
+from xce_protocol.errors import ConfigError
 
 EX_CONFIG = 78
 
@@ -39,8 +39,8 @@ def main() -> None:
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
 def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
     """Serve the REST API until SIGTERM."""
-    from xce_agent.controller.server import bind, make_server, token_file
-    from xce_agent.state import write_atomic
+    from xce_controller.server import bind, make_server, token_file
+    from xce_protocol.atomic_file import write_atomic
 
     cfg = _config(config_file)
     host, _, port_text = listen.rpartition(":")
@@ -99,13 +99,21 @@ def validate(config_file: Path | None) -> None:
 
 
 @main.command()
+def demo() -> None:
+    """Show the elastic-host lifecycle end to end on this machine (about 20 s)."""
+    from xce_controller.demo import run_demo
+
+    sys.exit(run_demo(click.echo))
+
+
+@main.command()
 def openapi() -> None:
     """Print the OpenAPI document of the REST API."""
     import tempfile
 
-    from xce_agent.controller.api import create_app
-    from xce_agent.controller.service import Controller
-    from xce_agent.controller.store import Store
+    from xce_controller.api import create_app
+    from xce_controller.service import Controller
+    from xce_controller.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "db")
@@ -119,8 +127,8 @@ def openapi() -> None:
 @click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the timeline.")
 def simulate(scenario: Path, csv_path: Path | None) -> None:
     """Drive the lifecycle in virtual time and print a summary."""
-    from xce_agent.controller.scenario import load_scenario
-    from xce_agent.controller.simulate import run_scenario
+    from xce_controller.scenario import load_scenario
+    from xce_controller.simulate import run_scenario
 
     try:
         spec = load_scenario(scenario)

@@ -1,4 +1,4 @@
-"""`xce-agent demo`: the whole elastic-host story on this machine in under 30 seconds.
+"""`xce-controller demo` (and `xce-agent demo`): the elastic-host story here, in about 15 s.
 
 An embedded reference controller on a free loopback port, an agent in its own process running
 the sample worker, jobs, a worker crash, a decommission with a drain, and the instance on the
@@ -86,8 +86,8 @@ class Demo:
         self.show_to_return()
 
     def start_controller(self) -> None:
-        from xce_agent.controller.config import load_cluster_config
-        from xce_agent.controller.server import EmbeddedController
+        from xce_controller.config import load_cluster_config
+        from xce_controller.server import EmbeddedController
 
         config = self.tmp / "cluster.yaml"
         config.write_text(
@@ -240,7 +240,7 @@ def run_demo(out: Callable[[str], None] = print) -> int:
     try:
         import fastapi  # noqa: F401
     except ImportError:
-        out("xce-agent demo needs the controller extra: pip install 'xce-agent[controller]'")
+        out("the demo needs FastAPI and uvicorn: apt install python3-fastapi python3-uvicorn")
         return 2
     demo = Demo(out)
     try:
