@@ -168,7 +168,7 @@ def xce_stops(child: Path, count: int) -> list[float]:
     latencies = []
 
     def until(phase: Phase) -> None:
-        while sup.states["child"].phase is not phase:
+        while sup.state("child").phase is not phase:
             reactor.run_once(max_wait=1.0)
 
     for _ in range(count):

@@ -17,16 +17,19 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from xce_agent import membership as ms
 from xce_agent.config import AgentConfig
 from xce_agent.errors import StateError
-from xce_agent.membership import Membership
+from xce_agent.handoff import Handoff, reader_of
 from xce_agent.notify import Notifier, watchdog_interval
+from xce_agent.reports import Reports, host_name
 from xce_agent.state import (
     AgentRecord,
     AgentState,
     ComponentRecord,
-    ControllerContact,
+    Lifecycle,
     StateStore,
     StateWriter,
 )
@@ -37,14 +40,17 @@ from xce_agent.supervision.process import (
     ProcessRunner,
     boot_id,
     identify,
-    same_process,
 )
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
 
+if TYPE_CHECKING:
+    from xce_agent.link import ControllerLink
+
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "agent.lock"
+LINK_CHECK_PERIOD = 5.0  # how often the link's threads are checked for a stall
 
 
 def system_shutting_down() -> bool:
@@ -67,6 +73,8 @@ class AlreadyRunning(StateError):
 
 
 class Agent:
+    """The only writer of AgentState: supervision reports and link events come here."""
+
     def __init__(
         self,
         config: AgentConfig,
@@ -90,13 +98,17 @@ class Agent:
             on_decommission_exit=self._decommission_exit,
         )
         self.state = AgentState(instance_id=config.instance.id, roles=config.roles)
-        self.membership = Membership(
-            config,
-            self.supervisor,
-            lambda: self.state,
-            self._replace_state,
-            self.reactor.call_soon_threadsafe,
+        self.host = host_name(config)
+        workers = [c for c in config.components if c.role in ms.JOIN_FIRST_ROLES]
+        ctl = config.controller
+        self.handoff = Handoff(
+            config.state_directory,
+            reader_of(workers),
+            ctl.url if ctl else "",
+            ctl.token if ctl else None,
         )
+        self.reports = Reports(config, lambda: self.state)
+        self.link: ControllerLink | None = None
         self._since: dict[str, float] = {}
         self._lock_fd: int | None = None
         self._leaving: str | None = None  # "detach" or "stop" once the agent is on its way out
@@ -112,10 +124,10 @@ class Agent:
             self._record_self(previous)
             self._install_signals()
             self._resume(previous)
-            if self.state.lifecycle != "decommissioned":
-                self._set_lifecycle("running")
+            self._set_lifecycle(Lifecycle.RUNNING)
             self.notifier.notify("READY=1")
             self._start_watchdog()
+            self._check_link()
             self.reactor.run(until=self._done)
             return 0
         finally:
@@ -147,13 +159,9 @@ class Agent:
         self.state = replace(
             base,
             agent=record,
-            lifecycle="starting",
+            lifecycle=Lifecycle.STARTING,
             instance_id=self.config.instance.id,
             roles=self.config.roles,
-            controller=ControllerContact(
-                "not configured" if self.config.controller is None else "waiting",
-                time.time(),
-            ),
         )
         self._save()
 
@@ -165,22 +173,25 @@ class Agent:
             if identity is None:
                 continue
             if name not in self.supervisor.specs:
-                self._retire_unknown(name, identity)
+                self.supervisor.retire(name, identity)
             elif not self.supervisor.adopt(name, identity):
                 log.info("%s: recorded process %d is gone", name, identity.pid)
-        for name, spec in self.supervisor.specs.items():
-            if name in self.supervisor.handles:
-                continue
-            marked = self.supervisor.runner.find_marked(spec)
-            if marked is not None and self.supervisor.adopt(name, marked):
-                log.warning("%s: adopted unrecorded process %d by its markers", name, marked.pid)
-        self.membership.start()
-
-    def _retire_unknown(self, name: str, identity: ProcessIdentity) -> None:
-        """A component removed from the config but still running from before: stop it."""
-        if same_process(identity.pid, identity.create_time):
-            log.warning("%s: no longer configured; sending SIGTERM to its group", name)
-            self.supervisor.runner.signal_group(identity.pid, signal.SIGTERM)
+        for name in self.supervisor.specs:
+            if not self.supervisor.watched(name):
+                self.supervisor.adopt_marked(name)
+        if self.config.controller is not None:
+            self.handoff.open_directory()
+            env = self.handoff.env(self.host, self.config.instance.id)
+            for role in ms.JOIN_FIRST_ROLES:
+                if env is not None:  # an adopted worker restarts with the template it had
+                    self.supervisor.set_role_env(role, env)
+        boot = ms.Boot(
+            self.config.instance.id,
+            self.host,
+            self.config.roles,
+            self.config.controller is not None,
+        )
+        self.handle(boot)
 
     def _install_signals(self) -> None:
         self.reactor.add_signal_handler(signal.SIGTERM, self._on_term)
@@ -206,18 +217,17 @@ class Agent:
     def request_stop(self, reason: str) -> None:
         self._leaving = "stop"
         self.notifier.notify("STOPPING=1")
-        self._set_lifecycle("stopping")
+        self._set_lifecycle(Lifecycle.STOPPING)
         self.supervisor.stop_all(reason)
 
     def _done(self) -> bool:
         return self._leaving == "stop" and self.supervisor.idle()
 
     def _finish(self) -> None:
-        self.membership.stop()
+        if self.link is not None:
+            self.link.stop()
         self.notifier.notify("STOPPING=1")
-        lifecycle = "stopped" if self._leaving == "stop" else "detached"
-        if self.state.tombstone is not None:
-            lifecycle = "decommissioned"
+        lifecycle = Lifecycle.STOPPED if self._leaving == "stop" else Lifecycle.DETACHED
         # Save while the handles are still known: the next agent adopts from this record.
         self._set_lifecycle(lifecycle)
         self.supervisor.close()
@@ -240,27 +250,97 @@ class Agent:
 
         ping()
 
+    def _check_link(self) -> None:
+        if self.link is not None:
+            self.link.check_threads()
+        self.reactor.call_later(LINK_CHECK_PERIOD, self._check_link)
+
+    # --- membership -------------------------------------------------------------------
+    def post(self, event: ms.Event) -> None:
+        """From the link's threads: the event is handled on the event loop's thread."""
+        self.reactor.call_soon_threadsafe(lambda: self.handle(event))
+
+    def handle(self, event: ms.Event) -> None:
+        before = self.state.membership
+        after, actions = ms.step(before, event, time.time())
+        if after != before:
+            self._log_standing(before, after)
+            self.state = replace(self.state, membership=after)
+            self._save()
+        if isinstance(event, ms.ConfirmedActive) and actions:
+            log.warning("controller says this host is active: starting its worker role again")
+        for action in actions:
+            self._perform(action)
+        self._workers_down_check()
+
+    def _workers_down_check(self) -> None:
+        member = self.state.membership
+        down = all(self.supervisor.role_down(r) for r in ms.JOIN_FIRST_ROLES)
+        if member.decommissioned and not member.reported and down:
+            self.handle(ms.WorkersDown())
+
+    def _perform(self, action: ms.Action) -> None:
+        if isinstance(action, ms.StartRole):
+            if action.role in ms.JOIN_FIRST_ROLES and self.config.controller is not None:
+                env = self.handoff.env(self.host, self.config.instance.id)
+                if env is None:
+                    log.error("no template from the controller: not starting %s", action.role)
+                    return
+                self.supervisor.set_role_env(action.role, env)
+            self.supervisor.start_role(action.role, action.reason)
+        elif isinstance(action, ms.StopRole):
+            self.supervisor.stop_role(action.role, action.reason)
+        elif isinstance(action, ms.WriteTemplate):
+            self.handoff.write_credential()
+            self.handoff.write_template(action.doc)
+        elif isinstance(action, ms.SaveNow):
+            if self.writer is not None:
+                self.writer.flush()  # e.g. the tombstone is on disk before the worker stops
+        elif isinstance(action, ms.OpenLink):
+            self._open_link().start()
+        elif isinstance(action, ms.FinalReport):
+            self._open_link().final_report()
+        elif isinstance(action, ms.Confirm) and self.link is not None:
+            self.link.confirm()
+
+    def _open_link(self) -> ControllerLink:
+        if self.link is None:
+            assert self.config.controller is not None
+            # Imported here: an agent without a controller never loads the HTTP code.
+            from xce_agent.controller_client import ControllerClient
+            from xce_agent.link import ControllerLink
+            from xce_protocol.protocol import Identity
+
+            me = Identity(self.host, self.config.instance.id)
+            client = ControllerClient(self.config.controller, me)
+            self.link = ControllerLink(client, self.post, self.reports.join, self.reports.heartbeat)
+        return self.link
+
+    def _log_standing(self, before: ms.MembershipState, after: ms.MembershipState) -> None:
+        if after.link_warning != before.link_warning:
+            log.error("controller %s", after.link_warning)
+        if after.standing is before.standing:
+            return
+        quiet = (ms.Standing.UNREACHABLE, ms.Standing.REFUSED)
+        level = logging.WARNING if after.standing in quiet else logging.INFO
+        detail = f" ({after.detail})" if after.detail else ""
+        log.log(level, "controller contact: %s%s", after.standing.value, detail)
+
     # --- state ------------------------------------------------------------------------
     def _component_changed(self, name: str, cstate: m.ComponentState) -> None:
         self._since[name] = time.time()
         self._refresh_components()
-        self.membership.components_changed()
+        self._workers_down_check()
 
     def _decommission_exit(self, name: str, code: int) -> None:
-        self.membership.worker_says_decommissioned(name, code)
-
-    def _replace_state(self, state: AgentState) -> None:
-        tombstone_changed = state.tombstone != self.state.tombstone
-        self.state = state
-        self._save()
-        if tombstone_changed and self.writer is not None:
-            self.writer.flush()  # the tombstone is on disk before the worker is stopped
+        log.warning("%s exited with code %d (rejoin refused): asking the controller", name, code)
+        self.handle(ms.WorkerExit(name, code))
 
     def _refresh_components(self) -> None:
         identities = self.supervisor.identities()
         records = []
         for spec in self.config.components:
-            cstate = self.supervisor.states[spec.name]
+            cstate = self.supervisor.state(spec.name)
             identity = identities.get(spec.name)
             records.append(
                 ComponentRecord(
@@ -278,7 +358,7 @@ class Agent:
         self.state = replace(self.state, components=tuple(records))
         self._save()
 
-    def _set_lifecycle(self, lifecycle: str) -> None:
+    def _set_lifecycle(self, lifecycle: Lifecycle) -> None:
         self.state = replace(self.state, lifecycle=lifecycle)
         self._refresh_components()
 

@@ -1,69 +1,83 @@
-"""HTTP to the controller: one session, every failure turned into a protocol Answer."""
+"""HTTP to the controller: bounded requests, every failure turned into a protocol Answer.
+
+Credentials come from one seam, `auth_headers`, called for every request: today it sends the
+configured join token; a per-host credential only has to replace that callable (and answer
+"credential unknown" by falling back to the join token).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import ssl
+from collections.abc import Callable, Mapping
 from typing import Any
-
-import requests
+from urllib.parse import urlencode
 
 from xce_agent import __version__
+from xce_agent.bounded_http import HttpFailure, Inflight, Target, request
 from xce_agent.config import ControllerConfig
 from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, classify
 
 log = logging.getLogger(__name__)
 
 
+def token_headers(token: str | None) -> Callable[[], Mapping[str, str]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return lambda: headers
+
+
 class ControllerClient:
-    def __init__(self, config: ControllerConfig, me: Identity) -> None:
+    def __init__(
+        self,
+        config: ControllerConfig,
+        me: Identity,
+        auth_headers: Callable[[], Mapping[str, str]] | None = None,
+    ) -> None:
         self.config = config
         self.me = me
-        self.session = requests.Session()
-        self.session.headers["User-Agent"] = f"xce-agent/{__version__}"
-        self.session.headers["XCE-Protocol"] = PROTOCOL
-        if config.token:
-            self.session.headers["Authorization"] = f"Bearer {config.token}"
-        self.verify: str | bool = str(config.ca_file) if config.ca_file else True
+        self.target = Target.from_url(config.url)
+        self.auth_headers = auth_headers or token_headers(config.token)
+        self.tls: ssl.SSLContext | None = None
+        if self.target.tls:
+            cafile = str(config.ca_file) if config.ca_file else None
+            self.tls = ssl.create_default_context(cafile=cafile)
+        self.inflight = Inflight()
+        self._headers = {
+            "User-Agent": f"xce-agent/{__version__}",
+            "XCE-Protocol": PROTOCOL,
+            "Accept": "application/json",
+        }
 
-    def _call(self, method: str, path: str, timeout: float, **kwargs: Any) -> Answer:
+    def _call(self, method: str, path: str, budget: float, payload: Any = None) -> Answer:
+        headers = {**self._headers, **self.auth_headers()}
+        body = None
+        if payload is not None:
+            body = json.dumps(payload).encode()
+            headers["Content-Type"] = "application/json"
         try:
-            response = self.session.request(
-                method, self.config.url + path, timeout=timeout, verify=self.verify, **kwargs
+            reply = request(
+                self.target, method, path, headers, body, budget, self.tls, self.inflight
             )
-        except requests.exceptions.SSLError:
-            return Answer(Outcome.RETRY, "TLS failure talking to the controller")
-        except requests.exceptions.Timeout:
-            return Answer(Outcome.RETRY, "controller timed out")
-        except requests.RequestException as exc:
-            return Answer(Outcome.RETRY, f"controller unreachable ({type(exc).__name__})")
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        return classify(response.status_code, body, self.me, _retry_after(response))
+        except HttpFailure as exc:
+            return Answer(Outcome.RETRY, str(exc))
+        if 300 <= reply.status < 400:
+            where = f" to {reply.location[:120]}" if reply.location else ""
+            return Answer(Outcome.RETRY, f"HTTP {reply.status} redirect{where}: not followed")
+        return classify(reply.status, reply.body, self.me, reply.retry_after)
 
     def join(self, payload: dict[str, Any]) -> Answer:
-        return self._call("POST", "/v1/join", self.config.timeout, json=payload)
+        return self._call("POST", "/v1/join", self.config.timeout, payload)
 
     def heartbeat(self, payload: dict[str, Any]) -> Answer:
-        return self._call(
-            "POST", f"/v1/hosts/{self.me.host}/heartbeat", self.config.timeout, json=payload
-        )
+        path = f"/v1/hosts/{self.me.host}/heartbeat"
+        return self._call("POST", path, self.config.timeout, payload)
 
     def watch(self, since: int, wait: float) -> Answer:
-        params = {"since": since, "timeout": wait, "instance_id": self.me.instance_id}
-        return self._call(
-            "GET", f"/v1/hosts/{self.me.host}/watch", wait + self.config.timeout, params=params
-        )
+        query = urlencode({"since": since, "timeout": wait, "instance_id": self.me.instance_id})
+        path = f"/v1/hosts/{self.me.host}/watch?{query}"
+        return self._call("GET", path, wait + self.config.timeout)
 
     def close(self) -> None:
-        self.session.close()
-
-
-def _retry_after(response: requests.Response) -> float | None:
-    value = response.headers.get("Retry-After", "")
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if 0 <= seconds <= 3600 else None
+        """Cut every request in progress (the link is stopping or replacing a thread)."""
+        self.inflight.abort_all()

@@ -1,34 +1,52 @@
 """The agent's link to the controller: join with backoff, heartbeat, and the watch long-poll.
 
-Runs on two threads so a slow controller never blocks supervision; every result is handed to
-the event loop through `post`, where the agent acts on it. Stopping is immediate: waits are
-on a threading.Event.
+Two long-lived threads, so a slow controller never blocks supervision: the membership loop
+(join, then heartbeats; join again after `404 unknown_host`) and the watch loop (one
+long-poll at a time while joined, never more than one per host). The link decides nothing
+about the worker: every result becomes a membership event handed to the event loop through
+`post`, where the agent steps its membership machine.
+
+Nothing the controller sends can stop a loop or make it spin: every request is bounded (see
+bounded_http), every exception is caught, logged and retried, every interval the controller
+publishes is clamped, and watch cycles keep a minimum gap. Each loop also declares, before
+each cycle, by when it will have finished it; `check_threads` (called by the agent's timer)
+reports a loop that overran and replaces its thread.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
+import math
 import random
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from xce_agent.controller_client import ControllerClient
-from xce_protocol.protocol import Answer, Outcome, number, template_of
+from xce_agent import membership as ms
+from xce_agent.config import ControllerConfig
+from xce_protocol.protocol import Answer, Outcome, template_of
 
 log = logging.getLogger(__name__)
 
 WATCH_WAIT = 30.0
+MIN_WATCH_GAP = 0.5  # between the starts of two watch requests, however fast they are answered
+HEARTBEAT_BOUNDS = (1.0, 300.0)
+GRACE_BOUNDS = (5.0, 86400.0)
+RETRY_AFTER_MAX = 300.0
+DEFAULT_INTERVAL = 10.0
+DEFAULT_GRACE = 60.0
+SLACK = 10.0  # a cycle may overrun its own bound by this before the watchdog acts
 
 
-class LinkHandler(Protocol):
-    """Called on the event loop's thread."""
+class Client(Protocol):
+    config: ControllerConfig
 
-    def joined(self, body: dict[str, Any]) -> None: ...
-    def contact(self, ok: bool, detail: str) -> None: ...
-    def decommissioned(self, reason: str, body: dict[str, Any]) -> None: ...
-    def confirmed_active(self) -> None: ...
+    def join(self, payload: dict[str, Any]) -> Answer: ...
+    def heartbeat(self, payload: dict[str, Any]) -> Answer: ...
+    def watch(self, since: int, wait: float) -> Answer: ...
+    def close(self) -> None: ...
 
 
 def retry_delay(attempt: int, rand: float, cap: float, retry_after: float | None) -> float:
@@ -36,141 +54,282 @@ def retry_delay(attempt: int, rand: float, cap: float, retry_after: float | None
     base = min(cap, 2.0 ** min(attempt, 16))
     delay = min(cap, base * (0.5 + rand))
     if retry_after is not None:
-        delay = max(delay, min(retry_after, 3600.0))
+        delay = max(delay, min(retry_after, RETRY_AFTER_MAX))
     return delay
+
+
+def clamp(value: Any, default: float, bounds: tuple[float, float], name: str) -> float:
+    """A published interval within bounds; a non-number or non-finite one keeps the default."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return default
+    low, high = bounds
+    if not low <= value <= high:
+        log.warning("controller published %s=%r: using %g", name, value, min(high, max(low, value)))
+    return float(min(high, max(low, value)))
+
+
+@dataclass
+class _Loop:
+    name: str
+    run: Callable[[int], None]
+    generation: int = 0
+    due: float = math.inf  # monotonic time by which the current cycle must be done
+    thread: threading.Thread | None = None
 
 
 class ControllerLink:
     def __init__(
         self,
-        client: ControllerClient,
-        handler: LinkHandler,
-        post: Callable[[Callable[[], None]], None],
+        client: Client,
+        post: Callable[[ms.Event], None],
         join_payload: Callable[[], dict[str, Any]],
         heartbeat_payload: Callable[[], dict[str, Any]],
         rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
-        self.handler = handler
         self.post = post
         self.join_payload = join_payload
         self.heartbeat_payload = heartbeat_payload
         self.rand = rand
+        self.clock = clock
+        self.wall = wall
         self.stopped = threading.Event()
-        self.interval = 10.0
-        self.grace = 60.0
+        self.joined = threading.Event()  # the watch runs only while joined
+        self._wake = threading.Event()  # a confirmation was asked for
+        self._confirming = False
+        self.interval = DEFAULT_INTERVAL
+        self.grace = DEFAULT_GRACE
         self.version = 0
-        self._threads: list[threading.Thread] = []
         self._gone = False  # a decommission was received: nothing more to say
+        self._lock = threading.Lock()
+        self._loops = {
+            "membership": _Loop("membership", self._membership_loop),
+            "watch": _Loop("watch", self._watch_loop),
+        }
+        self.cycles = {"membership": 0, "watch": 0}  # completed cycles, for tests and status
 
+    # --- control (any thread) ---------------------------------------------------------
     def start(self) -> None:
-        self._spawn(self._main, "controller-link")
+        for loop in self._loops.values():
+            self._spawn(loop)
 
     def stop(self) -> None:
         self.stopped.set()
+        self._wake.set()
+        self.joined.set()  # release a watch loop waiting for the join
         self.client.close()
+
+    def confirm(self) -> None:
+        """Ask the controller now whether this host is still wanted (worker exit code)."""
+        self._confirming = True
+        self._wake.set()
 
     def final_report(self) -> None:
         """Tell the controller once that the worker is stopped, then fall silent."""
 
         def report() -> None:
-            self.client.heartbeat(self.heartbeat_payload())
+            try:
+                self.client.heartbeat(self.heartbeat_payload())
+            except Exception:
+                log.exception("final report to the controller failed")
             self.stop()
 
-        self._spawn(report, "controller-final-report")
+        threading.Thread(target=report, name="controller-final-report", daemon=True).start()
 
-    def confirm(self) -> None:
-        """Ask the controller now whether this host is still wanted (worker exit code)."""
-        self._spawn(self._confirm, "controller-confirm")
+    def check_threads(self) -> list[str]:
+        """Replace every loop that overran its cycle's bound; what was replaced, for the log."""
+        now = self.clock()
+        replaced = []
+        for loop in self._loops.values():
+            if self.stopped.is_set() or self._gone or now <= loop.due:
+                continue
+            late = now - loop.due + SLACK
+            detail = f"link {loop.name} thread stuck for {late:.0f}s: replaced at " + (
+                time.strftime("%H:%M:%S", time.localtime(self.wall()))
+            )
+            log.error("controller %s", detail)
+            self.client.close()  # cut the stuck request, if it is one
+            self._spawn(loop)
+            self.post(ms.LinkStalled(detail))
+            replaced.append(loop.name)
+        return replaced
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        self._threads.append(thread)
+    # --- threads ----------------------------------------------------------------------
+    def _spawn(self, loop: _Loop) -> None:
+        with self._lock:
+            loop.generation += 1
+            generation = loop.generation
+            loop.due = self.clock() + self._bound(0.0)
+        thread = threading.Thread(
+            target=self._guarded, args=(loop, generation), name=f"controller-{loop.name}"
+        )
+        thread.daemon = True
+        loop.thread = thread
         thread.start()
+
+    def _current(self, loop: _Loop, generation: int) -> bool:
+        return loop.generation == generation and not self.stopped.is_set() and not self._gone
+
+    def _guarded(self, loop: _Loop, generation: int) -> None:
+        """Run the loop's cycles; an exception costs one cycle, never the thread."""
+        failures = 0
+        while self._current(loop, generation):
+            try:
+                loop.run(generation)
+                failures = 0
+            except Exception as exc:
+                log.exception("controller link %s: unexpected error; retrying", loop.name)
+                self.post(ms.ContactLost(f"link error ({type(exc).__name__}): retrying"))
+                self._wait(loop, retry_delay(failures, self.rand(), self._cap(), None))
+                failures += 1
+
+    def _wait(self, loop: _Loop, seconds: float, event: threading.Event | None = None) -> bool:
+        """Sleep up to `seconds` (declared as this cycle's bound); True if woken early."""
+        loop.due = self.clock() + self._bound(seconds)
+        return (event or self.stopped).wait(seconds)
+
+    def _bound(self, wait: float) -> float:
+        return wait + WATCH_WAIT + 2 * self.client.config.timeout + SLACK
 
     def _cap(self) -> float:
         # Below the host-loss grace, so a host that was only briefly cut off rejoins in time.
         return max(1.0, min(self.client.config.max_retry_delay, self.grace / 2))
 
-    def _main(self) -> None:
-        while not self.stopped.is_set():
-            if not self._join():
-                return
-            self._spawn(self._watch, "controller-watch")
-            if not self._heartbeats():
-                return
-
-    def _join(self) -> bool:
+    # --- membership loop: join, then heartbeat until told to join again ---------------
+    def _membership_loop(self, generation: int) -> None:
+        loop = self._loops["membership"]
         attempt = 0
-        while not self.stopped.is_set():
-            answer = self.client.join(self.join_payload())
-            if answer.outcome is Outcome.ACCEPTED and template_of(answer.body) is None:
-                answer = Answer(Outcome.RETRY, "join answer without a usable template")
-            if answer.outcome is Outcome.ACCEPTED:
-                self.interval = number(answer.body, "heartbeat_interval", self.interval)
-                self.grace = number(answer.body, "host_loss_grace", self.grace)
-                version = answer.body.get("version")
-                self.version = version if isinstance(version, int) else 0
-                self.post(functools.partial(self.handler.joined, answer.body))
-                return True
+        while self._current(loop, generation):
+            self._arm(loop)
+            answer = self._join()
+            self.cycles["membership"] += 1
+            if answer is None:
+                break
             if self._final(answer):
-                return False
-            self._report(answer)
-            self.stopped.wait(retry_delay(attempt, self.rand(), self._cap(), answer.retry_after))
+                return
+            self._wait(loop, retry_delay(attempt, self.rand(), self._cap(), answer.retry_after))
             attempt += 1
-        return False
-
-    def _heartbeats(self) -> bool:
-        """Heartbeat until stopped (False) or the controller forgot us (True: join again)."""
-        while not self.stopped.wait(self.interval * (0.9 + 0.2 * self.rand())):
-            answer = self.client.heartbeat(self.heartbeat_payload())
-            if self._final(answer):
-                return False
-            if answer.outcome is Outcome.REFUSED and "unknown_host" in answer.detail:
-                log.warning("controller no longer knows this host: joining again")
-                return True
-            self._report(answer)
-        return False
-
-    def _watch(self) -> None:
-        attempt = 0
-        while not self.stopped.is_set() and not self._gone:
-            answer = self.client.watch(self.version, WATCH_WAIT)
-            if self._final(answer):
+        while self._current(loop, generation):
+            self._wake.clear()
+            if not self._confirming:
+                self._wait(loop, self.interval * (0.9 + 0.2 * self.rand()), self._wake)
+            if not self._current(loop, generation):
                 return
+            self._arm(loop)
+            rejoin = self._heartbeat()
+            self.cycles["membership"] += 1
+            if rejoin:
+                return
+
+    def _arm(self, loop: _Loop) -> None:
+        loop.due = self.clock() + self._bound(0.0)
+
+    def _join(self) -> Answer | None:
+        """One join; None once joined, else the answer that was not an acceptance."""
+        answer = self.client.join(self.join_payload())
+        if answer.outcome is Outcome.ACCEPTED and template_of(answer.body) is None:
+            answer = Answer(Outcome.RETRY, "join answer without a usable template")
+        if answer.outcome is not Outcome.ACCEPTED:
+            if answer.outcome is not Outcome.DECOMMISSIONED:
+                self._report(answer)
+            return answer
+        self._accept_intervals(answer.body)
+        version = answer.body.get("version")
+        self.version = version if isinstance(version, int) and version >= 0 else 0
+        self.joined.set()
+        host, state = str(answer.body.get("host", "")), str(answer.body.get("state", ""))
+        self.post(ms.Joined(host, state, self._template_doc(answer.body)))
+        return None
+
+    def _heartbeat(self) -> bool:
+        """One heartbeat; True when the controller forgot this host (join again)."""
+        confirming = self._confirming
+        answer = self.client.heartbeat(self.heartbeat_payload())
+        if self._final(answer):
+            return False
+        if answer.outcome is Outcome.REFUSED and "unknown_host" in answer.detail:
+            log.warning("controller no longer knows this host: joining again")
+            self.joined.clear()
+            return True
+        if answer.outcome is Outcome.ACCEPTED:
+            self._accept_intervals(answer.body)
+            if confirming:
+                self._confirming = False
+                self.post(ms.ConfirmedActive())
+        self._report(answer)
+        if answer.outcome is not Outcome.ACCEPTED and answer.retry_after is not None:
+            self._wait(self._loops["membership"], min(answer.retry_after, RETRY_AFTER_MAX))
+        return False
+
+    def _accept_intervals(self, body: dict[str, Any]) -> None:
+        if "heartbeat_interval" in body:
+            value = body["heartbeat_interval"]
+            self.interval = clamp(value, self.interval, HEARTBEAT_BOUNDS, "heartbeat_interval")
+        if "host_loss_grace" in body:
+            value = body["host_loss_grace"]
+            self.grace = clamp(value, self.grace, GRACE_BOUNDS, "host_loss_grace")
+
+    def _template_doc(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "host": body.get("host"),
+            "instance_id": body.get("instance_id"),
+            "controller_url": self.client.config.url,
+            "heartbeat_interval": self.interval,
+            "template": template_of(body),
+        }
+
+    # --- watch loop -------------------------------------------------------------------
+    def _watch_loop(self, generation: int) -> None:
+        loop = self._loops["watch"]
+        attempt = 0
+        while self._current(loop, generation):
+            if not self.joined.is_set():
+                self._wait(loop, 1.0, self.joined)
+                continue
+            started = self.clock()
+            self._arm(loop)
+            answer = self.client.watch(self.version, WATCH_WAIT)
+            if self._final(answer) or not self._current(loop, generation):
+                return
+            self.cycles["watch"] += 1
+            delay = 0.0
             if answer.outcome is Outcome.ACCEPTED:
                 attempt = 0
                 version = answer.body.get("version")
-                if isinstance(version, int) and version >= self.version:
-                    self.version = version
-                continue
-            self.stopped.wait(retry_delay(attempt, self.rand(), self._cap(), answer.retry_after))
-            attempt += 1
+                if isinstance(version, int) and not isinstance(version, bool):
+                    self.version = max(self.version, version)
+            else:
+                delay = retry_delay(attempt, self.rand(), self._cap(), answer.retry_after)
+                attempt += 1
+            # However fast the controller answers, watch cycles keep a minimum gap.
+            gap = max(delay, MIN_WATCH_GAP - (self.clock() - started))
+            if gap > 0:
+                self._wait(loop, gap)
 
-    def _confirm(self) -> None:
-        attempt = 0
-        while not self.stopped.is_set() and not self._gone:
-            answer = self.client.heartbeat(self.heartbeat_payload())
-            if self._final(answer):
-                return
-            if answer.outcome is Outcome.ACCEPTED:
-                self.post(self.handler.confirmed_active)
-                return
-            self._report(answer)
-            self.stopped.wait(retry_delay(attempt, self.rand(), self._cap(), answer.retry_after))
-            attempt += 1
-
+    # --- results ----------------------------------------------------------------------
     def _final(self, answer: Answer) -> bool:
         """Act on a decommission; True when the link has nothing more to do."""
         if answer.outcome is Outcome.DECOMMISSIONED:
-            if not self._gone:
+            with self._lock:
+                first = not self._gone
                 self._gone = True
-                self.post(lambda: self.handler.decommissioned(answer.detail, answer.body))
+            if first:
+                instance = str(answer.body.get("instance_id", ""))
+                self.post(ms.Decommissioned(instance, answer.detail))
             return True
         return self.stopped.is_set()
 
     def _report(self, answer: Answer) -> None:
-        ok = answer.outcome is Outcome.ACCEPTED
-        if not ok:
+        until = None
+        if answer.retry_after is not None and answer.outcome is not Outcome.ACCEPTED:
+            until = self.wall() + min(answer.retry_after, RETRY_AFTER_MAX)
+        if answer.outcome is Outcome.ACCEPTED:
+            self.post(ms.ContactOk(answer.detail))
+        elif answer.outcome is Outcome.REFUSED:
+            log.warning("controller refused: %s", answer.detail)
+            self.post(ms.Refused(answer.detail, until))
+        else:
             log.debug("controller contact failed: %s", answer.detail)
-        self.post(lambda: self.handler.contact(ok, answer.detail))
+            self.post(ms.ContactLost(answer.detail, until))

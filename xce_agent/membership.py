@@ -1,276 +1,255 @@
-"""The host's membership in the cluster: join, template handoff, tombstone, decommission.
+"""The host's membership in the cluster as a pure state machine.
 
-It owns the controller link and decides, on the event loop's thread, what the supervisor
-does about what the controller says: start the worker once joined, leave it alone while the
-controller is unreachable, stop it for good once this host is decommissioned.
+`step(state, event, now)` returns the next `MembershipState` and the actions the agent must
+carry out. Events come from the controller link (joined, contact ok or lost, refused,
+decommissioned, the answer to a confirmation) and from supervision (a worker's "my rejoin was
+refused" exit code, the worker role being down). `now` is wall-clock seconds and is only
+recorded (since when, decommissioned at), never compared: the machine has no timers.
+
+The decommission guarantee lives here: once `standing` is DECOMMISSIONED for this instance,
+no event starts the worker role again, and the state is saved before the worker is stopped.
+Only a new instance id (a new instance booted from the same disk) clears it.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import socket
-import time
-from collections.abc import Callable
-from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Union
 
-import psutil
-
-from xce_agent import __version__
-from xce_agent.config import AgentConfig
-from xce_agent.state import AgentState, ControllerContact, Tombstone
-from xce_agent.supervision.process import boot_id
-from xce_agent.supervision.supervisor import Supervisor
-from xce_protocol.atomic_file import write_atomic
-from xce_protocol.protocol import PROTOCOL, Identity, template_of
-
-if TYPE_CHECKING:
-    from xce_agent.link import ControllerLink
-
-log = logging.getLogger(__name__)
-
-TEMPLATE_FILE = "template.json"
-# Roles whose components need the template from the join answer before they start.
+# Roles whose components need the template from the join answer before they start, and which
+# a decommission stops for good.
 JOIN_FIRST_ROLES = ("worker",)
 
 
-def host_name(config: AgentConfig) -> str:
-    return config.instance.host_name or socket.gethostname()
+class Standing(str, enum.Enum):
+    """Where the host stands with the controller."""
+
+    NOT_CONFIGURED = "not configured"  # no controller in the config: roles just run
+    WAITING = "waiting"  # no answer yet since the agent started
+    CONNECTED = "connected"  # joined; the last contact was answered
+    UNREACHABLE = "unreachable"  # the last contact failed (timeout, 5xx, garbage, ...)
+    REFUSED = "refused"  # a definite refusal that is not a decommission (401, 403, 409)
+    DECOMMISSIONED = "decommissioned"  # this instance was decommissioned: the tombstone
 
 
-def addresses() -> list[str]:
-    found = []
-    for addrs in psutil.net_if_addrs().values():
-        for addr in addrs:
-            if addr.family in (socket.AF_INET, socket.AF_INET6) and addr.address:
-                ip = addr.address.split("%")[0]
-                if not ip.startswith("127.") and ip != "::1":
-                    found.append(ip)
-    return found
+@dataclass(frozen=True)
+class MembershipState:
+    standing: Standing = Standing.NOT_CONFIGURED
+    since: float = 0.0  # wall-clock time the standing last changed (for a decommission: when)
+    host: str = ""
+    detail: str = ""  # why; for DECOMMISSIONED the controller's reason
+    instance_id: str = ""  # the instance this standing is about
+    retry_until: float | None = None  # the link waits out a Retry-After until then
+    reported: bool = False  # decommissioned: the final report (worker down) was sent
+    link_warning: str = ""  # the last time the link's watchdog had to replace a thread
+
+    @property
+    def decommissioned(self) -> bool:
+        return self.standing is Standing.DECOMMISSIONED
 
 
-class Membership:
-    def __init__(
-        self,
-        config: AgentConfig,
-        supervisor: Supervisor,
-        get_state: Callable[[], AgentState],
-        set_state: Callable[[AgentState], None],
-        post: Callable[[Callable[[], None]], None],
-    ) -> None:
-        self.config = config
-        self.supervisor = supervisor
-        self.get_state = get_state
-        self.set_state = set_state
-        self.post = post
-        self.me = Identity(host_name(config), config.instance.id)
-        self.link: ControllerLink | None = None
-        self.template_path = config.state_directory / TEMPLATE_FILE
-        self._reported = False
+# --- events -----------------------------------------------------------------------------
 
-    # --- start ------------------------------------------------------------------------
-    def tombstoned(self) -> bool:
-        tomb = self.get_state().tombstone
-        if tomb is None:
-            return False
-        if tomb.instance_id != self.config.instance.id:
-            # Same disk image, new instance: the old instance's decommission is not ours.
-            log.info(
-                "clearing tombstone of instance %s: this is instance %s",
-                tomb.instance_id,
-                self.config.instance.id,
-            )
-            self.set_state(replace(self.get_state(), tombstone=None))
-            return False
-        return True
 
-    def start(self) -> None:
-        """Start what may start now; the worker waits for the join unless already running."""
-        if self.tombstoned():
-            tomb = self.get_state().tombstone
-            assert tomb is not None
-            log.warning(
-                "instance %s was decommissioned (%s): the worker stays stopped",
-                tomb.instance_id,
-                tomb.reason,
-            )
-            self._stop_workers(f"decommissioned: {tomb.reason}")
-            self._contact("decommissioned", tomb.reason)
-            self.set_state(replace(self.get_state(), lifecycle="decommissioned"))
-            return
-        env = self._template_env()
-        for name, spec in self.supervisor.specs.items():
-            waits = self.config.controller is not None and spec.role in JOIN_FIRST_ROLES
-            if not waits:
-                self.supervisor.start(name, "agent started")
-            elif env is not None and name in self.supervisor.handles:
-                self.supervisor.runner.set_extra_env(name, env)
-        if self.config.controller is None:
-            return
-        # Imported here: requests costs ~7 MB of RSS an agent without a controller never needs.
-        from xce_agent.controller_client import ControllerClient
-        from xce_agent.link import ControllerLink
+@dataclass(frozen=True)
+class Boot:
+    """The agent started with `state` as saved by the previous agent (or a fresh one)."""
 
-        client = ControllerClient(self.config.controller, self.me)
-        self.link = ControllerLink(
-            client, self, self.post, self.join_payload, self.heartbeat_payload
-        )
-        self._contact("waiting", "waiting for controller")
-        self.link.start()
+    instance_id: str
+    host: str
+    roles: tuple[str, ...]
+    controller: bool  # a controller is configured
 
-    def stop(self) -> None:
-        if self.link is not None:
-            self.link.stop()
 
-    # --- payloads (read from the link's threads: state is an immutable snapshot) --------
-    def join_payload(self) -> dict[str, Any]:
-        inst = self.config.instance
-        return {
-            "protocol": PROTOCOL,
-            "host": self.me.host,
-            "instance_id": inst.id,
-            "template": inst.template,
-            "provider": inst.provider,
-            "addresses": addresses(),
-            "boot_id": boot_id(),
-            "roles": list(self.config.roles),
-            "resources": {
-                "cpus": psutil.cpu_count() or 1,
-                "memory_bytes": psutil.virtual_memory().total,
-            },
-            "agent_version": __version__,
-        }
+@dataclass(frozen=True)
+class Joined:
+    host: str
+    host_state: str
+    template_doc: Mapping[str, Any] = field(default_factory=dict)  # what the worker reads
 
-    def heartbeat_payload(self) -> dict[str, Any]:
-        state = self.get_state()
-        return {
-            "protocol": PROTOCOL,
-            "instance_id": self.config.instance.id,
-            "boot_id": boot_id(),
-            "agent_state": state.lifecycle,
-            "components": [
-                {
-                    "name": c.name,
-                    "state": c.phase,
-                    "pid": c.pid,
-                    "restarts": c.restarts,
-                    "last_exit": c.last_exit,
-                }
-                for c in state.components
-            ],
-        }
 
-    # --- LinkHandler (event loop thread) ------------------------------------------------
-    def joined(self, body: dict[str, Any]) -> None:
-        if self.get_state().tombstone is not None:
-            return
-        template = template_of(body)
-        if template is None:
-            log.error("join answer carries no usable template; not starting the worker")
-            self._contact("connected", "join answer without a usable template")
-            return
-        self._write_template(body, template)
-        env = self._template_env() or {}
-        state = str(body.get("state", ""))
-        self._contact("connected", f"joined as {self.me.host} ({state})")
-        for name, spec in self.supervisor.specs.items():
-            if spec.role in JOIN_FIRST_ROLES:
-                self.supervisor.runner.set_extra_env(name, env)
-                self.supervisor.start(name, "joined the controller")
+@dataclass(frozen=True)
+class ContactOk:
+    detail: str = ""
 
-    def contact(self, ok: bool, detail: str) -> None:
-        if self.get_state().tombstone is not None:
-            return
-        if ok:
-            self._contact("connected", detail and f"host {detail}")
-        else:
-            self._contact("unreachable", detail)
 
-    def decommissioned(self, reason: str, body: dict[str, Any]) -> None:
-        """A well-formed refusal for this host and instance: stop the worker for good."""
-        if self.get_state().tombstone is not None:
-            return
-        log.warning(
-            "controller refused %s/%s as decommissioned: %s",
-            self.me.host,
-            self.me.instance_id,
-            reason,
-        )
-        tomb = Tombstone(self.config.instance.id, reason, time.time())
-        self.set_state(replace(self.get_state(), tombstone=tomb, lifecycle="decommissioned"))
-        self._contact("decommissioned", reason)
-        self._stop_workers(f"decommissioned: {reason}")
-        self.components_changed()
+@dataclass(frozen=True)
+class ContactLost:
+    detail: str
+    retry_until: float | None = None
 
-    def components_changed(self) -> None:
-        """Once decommissioned and the worker is down, report that and let the link go."""
-        if self.get_state().tombstone is None or self.link is None or self._reported:
-            return
-        down = ("stopped", "exited", "fatal", "held")
-        for name, spec in self.supervisor.specs.items():
-            if (
-                spec.role in JOIN_FIRST_ROLES
-                and self.supervisor.states[name].phase.value not in down
-            ):
-                return
-        self._reported = True
-        self.link.final_report()
 
-    def confirmed_active(self) -> None:
-        """The worker exited with a 'decommissioned' code but the controller still wants us."""
-        for name, cstate in self.supervisor.states.items():
-            if cstate.phase.value == "held":
-                log.warning("%s: controller says this host is active; starting it again", name)
-                self.supervisor.start(name, "controller confirmed the host is active")
+@dataclass(frozen=True)
+class Refused:
+    detail: str
+    retry_until: float | None = None
 
-    def worker_says_decommissioned(self, name: str, code: int) -> None:
-        log.warning("%s exited with code %d (rejoin refused): asking the controller", name, code)
-        if self.link is not None:
-            self.link.confirm()
 
-    # --- helpers ----------------------------------------------------------------------
-    def _stop_workers(self, reason: str) -> None:
-        for name, spec in self.supervisor.specs.items():
-            if spec.role in JOIN_FIRST_ROLES:
-                self.supervisor.stop(name, reason)
+@dataclass(frozen=True)
+class Decommissioned:
+    instance_id: str
+    reason: str
 
-    def _contact(self, state: str, detail: str) -> None:
-        current = self.get_state().controller
-        since = current.since if current.state == state else time.time()
-        contact = ControllerContact(state, since, self.me.host, detail)
-        if state != current.state:
-            level = logging.WARNING if state == "unreachable" else logging.INFO
-            log.log(level, "controller contact: %s%s", state, f" ({detail})" if detail else "")
-        if contact != current:
-            self.set_state(replace(self.get_state(), controller=contact))
 
-    def _write_template(self, body: dict[str, Any], template: dict[str, Any]) -> None:
-        assert self.config.controller is not None
-        doc = {
-            "host": self.me.host,
-            "instance_id": self.me.instance_id,
-            "controller_url": self.config.controller.url,
-            "heartbeat_interval": body.get("heartbeat_interval"),
-            "template": template,
-        }
-        write_atomic(self.template_path, json.dumps(doc, indent=2) + "\n", mode=0o644)
+@dataclass(frozen=True)
+class WorkerExit:
+    """A worker-role component exited with one of its decommission exit codes."""
 
-    def _template_env(self) -> dict[str, str] | None:
-        try:
-            doc = json.loads(Path(self.template_path).read_text())
-        except (OSError, ValueError):
-            return None
-        assert self.config.controller is not None
-        env = {
-            "XCE_TEMPLATE_FILE": str(self.template_path),
-            "XCE_HOST_NAME": self.me.host,
-            "XCE_INSTANCE_ID": self.me.instance_id,
-            "XCE_CONTROLLER_URL": self.config.controller.url,
-            "XCE_TEMPLATE": str(doc.get("template", {}).get("name", "")),
-            "XCE_SLOTS": str(doc.get("template", {}).get("slots", 1)),
-        }
-        if self.config.controller.token:
-            env["XCE_TOKEN"] = self.config.controller.token
-        return env
+    component: str
+    code: int
+
+
+@dataclass(frozen=True)
+class ConfirmedActive:
+    """After a WorkerExit the controller accepted a heartbeat: the host is still wanted."""
+
+
+@dataclass(frozen=True)
+class WorkersDown:
+    """No worker-role component is running, starting or stopping."""
+
+
+@dataclass(frozen=True)
+class LinkStalled:
+    detail: str
+
+
+Event = Union[
+    Boot,
+    Joined,
+    ContactOk,
+    ContactLost,
+    Refused,
+    Decommissioned,
+    WorkerExit,
+    ConfirmedActive,
+    WorkersDown,
+    LinkStalled,
+]
+
+# --- actions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartRole:
+    role: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StopRole:
+    role: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class WriteTemplate:
+    doc: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class SaveNow:
+    """Put the state on disk before the next action (the tombstone before the stop)."""
+
+
+@dataclass(frozen=True)
+class OpenLink:
+    pass
+
+
+@dataclass(frozen=True)
+class FinalReport:
+    """Tell the controller once that the worker is down, then let the link go."""
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """Ask the controller now whether this host is still wanted."""
+
+
+Action = Union[StartRole, StopRole, WriteTemplate, SaveNow, OpenLink, FinalReport, Confirm]
+Step = tuple[MembershipState, tuple[Action, ...]]
+
+
+def step(state: MembershipState, event: Event, now: float) -> Step:
+    """Apply one event at wall-clock time `now`."""
+    if isinstance(event, Boot):
+        return _boot(state, event, now)
+    if isinstance(event, LinkStalled):
+        return replace(state, link_warning=event.detail), ()
+    if state.decommissioned:
+        return _decommissioned(state, event)
+    if isinstance(event, Joined):
+        detail = f"joined as {event.host} ({event.host_state})"
+        joined = _stand(state, Standing.CONNECTED, now, detail)
+        actions = (WriteTemplate(event.template_doc),)
+        starts = tuple(StartRole(r, "joined the controller") for r in JOIN_FIRST_ROLES)
+        return replace(joined, host=event.host), actions + starts
+    if isinstance(event, ContactOk):
+        return _stand(state, Standing.CONNECTED, now, event.detail and f"host {event.detail}"), ()
+    if isinstance(event, ContactLost):
+        return _stand(state, Standing.UNREACHABLE, now, event.detail, event.retry_until), ()
+    if isinstance(event, Refused):
+        return _stand(state, Standing.REFUSED, now, event.detail, event.retry_until), ()
+    if isinstance(event, Decommissioned):
+        return _decommission(state, event, now)
+    if isinstance(event, WorkerExit):
+        return state, (Confirm(),)
+    if isinstance(event, ConfirmedActive):
+        reason = "controller confirmed the host is active"
+        connected = _stand(state, Standing.CONNECTED, now, reason)
+        return connected, tuple(StartRole(r, reason) for r in JOIN_FIRST_ROLES)
+    return state, ()  # WorkersDown while a member: supervision restarts them as configured
+
+
+def _stand(
+    state: MembershipState,
+    standing: Standing,
+    now: float,
+    detail: str,
+    retry_until: float | None = None,
+) -> MembershipState:
+    since = state.since if standing is state.standing else now
+    return replace(state, standing=standing, since=since, detail=detail, retry_until=retry_until)
+
+
+def _boot(state: MembershipState, event: Boot, now: float) -> Step:
+    if state.decommissioned and state.instance_id == event.instance_id:
+        reason = f"decommissioned: {state.detail}"
+        return state, tuple(StopRole(r, reason) for r in JOIN_FIRST_ROLES)
+    cleared = ""
+    if state.decommissioned:
+        # Same disk image, new instance: the old instance's decommission is not ours.
+        cleared = f"tombstone of instance {state.instance_id} cleared: this is {event.instance_id}"
+    standing = Standing.WAITING if event.controller else Standing.NOT_CONFIGURED
+    detail = cleared or ("waiting for controller" if event.controller else "")
+    fresh = MembershipState(standing, now, event.host, detail, event.instance_id)
+    waits = JOIN_FIRST_ROLES if event.controller else ()
+    starts: tuple[Action, ...] = tuple(
+        StartRole(role, "agent started") for role in event.roles if role not in waits
+    )
+    return fresh, starts + ((OpenLink(),) if event.controller else ())
+
+
+def _decommission(state: MembershipState, event: Decommissioned, now: float) -> Step:
+    if event.instance_id != state.instance_id:
+        return state, ()  # the link checks this too; a refusal for another instance is not ours
+    gone = replace(
+        state,
+        standing=Standing.DECOMMISSIONED,
+        since=now,
+        detail=event.reason,
+        retry_until=None,
+        reported=False,
+    )
+    stops = tuple(StopRole(r, f"decommissioned: {event.reason}") for r in JOIN_FIRST_ROLES)
+    return gone, (SaveNow(), *stops)
+
+
+def _decommissioned(state: MembershipState, event: Event) -> Step:
+    """Nothing the controller or the worker says starts the worker role again."""
+    if isinstance(event, WorkersDown) and not state.reported:
+        return replace(state, reported=True), (SaveNow(), FinalReport())
+    return state, ()

@@ -7,6 +7,7 @@ and the decommission tombstone. A corrupt file is moved aside, never trusted or 
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from xce_agent.errors import StateError
+from xce_agent.membership import MembershipState, Standing
 from xce_protocol.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)
@@ -37,9 +39,23 @@ class ComponentRecord:
     since: float = 0.0  # wall-clock time of the last phase change
 
 
+class Lifecycle(str, enum.Enum):
+    """Where the agent process is (where the host stands is `MembershipState.standing`)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"  # stopping every component, then the agent (xce-agent stop)
+    STOPPED = "stopped"  # the agent exited after stopping its components
+    DETACHED = "detached"  # the agent exited and left its components to the next agent
+
+
 @dataclass(frozen=True)
 class Tombstone:
-    """This instance was decommissioned: its worker must never run again."""
+    """The on-disk view of a DECOMMISSIONED standing: this instance's worker never runs again.
+
+    Written into state.json beside the standing so that any agent version reading the file
+    (an older one after a downgrade, too) honours it.
+    """
 
     instance_id: str
     reason: str
@@ -56,31 +72,46 @@ class AgentRecord:
 
 
 @dataclass(frozen=True)
-class ControllerContact:
-    state: str = "not configured"  # not configured | waiting | connected | unreachable | ...
-    since: float = 0.0
-    host: str = ""
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class AgentState:
-    lifecycle: str = "starting"
+    lifecycle: Lifecycle = Lifecycle.STARTING
     instance_id: str = ""
     roles: tuple[str, ...] = ()
     agent: AgentRecord | None = None
     components: tuple[ComponentRecord, ...] = ()
-    controller: ControllerContact = field(default_factory=ControllerContact)
-    tombstone: Tombstone | None = None
+    membership: MembershipState = field(default_factory=MembershipState)
     updated_at: float = 0.0
 
     def component(self, name: str) -> ComponentRecord | None:
         return next((c for c in self.components if c.name == name), None)
 
+    @property
+    def tombstone(self) -> Tombstone | None:
+        m = self.membership
+        return Tombstone(m.instance_id, m.detail, m.since) if m.decommissioned else None
+
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["version"] = STATE_VERSION
-        return data
+        m = self.membership
+        tomb = self.tombstone
+        return {
+            "version": STATE_VERSION,
+            "lifecycle": self.lifecycle.value,
+            "instance_id": self.instance_id,
+            "roles": list(self.roles),
+            "agent": asdict(self.agent) if self.agent else None,
+            "components": [asdict(c) for c in self.components],
+            "controller": {
+                "state": m.standing.value,
+                "since": m.since,
+                "host": m.host,
+                "detail": m.detail,
+                "instance_id": m.instance_id,
+                "retry_until": m.retry_until,
+                "reported": m.reported,
+                "link_warning": m.link_warning,
+            },
+            "tombstone": asdict(tomb) if tomb else None,
+            "updated_at": self.updated_at,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> AgentState:
@@ -91,19 +122,50 @@ class AgentState:
             agent = AgentRecord(**data["agent"]) if data.get("agent") else None
             tomb = Tombstone(**data["tombstone"]) if data.get("tombstone") else None
             comps = tuple(ComponentRecord(**c) for c in data.get("components", []))
-            contact = ControllerContact(**data.get("controller", {}))
             return cls(
-                lifecycle=str(data["lifecycle"]),
+                lifecycle=_lifecycle(data["lifecycle"]),
                 instance_id=str(data.get("instance_id", "")),
                 roles=tuple(data.get("roles", ())),
                 agent=agent,
                 components=comps,
-                controller=contact,
-                tombstone=tomb,
+                membership=_membership(data.get("controller") or {}, tomb),
                 updated_at=float(data.get("updated_at", 0.0)),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None
+
+
+def _lifecycle(value: Any) -> Lifecycle:
+    try:
+        return Lifecycle(value)
+    except ValueError:  # e.g. "decommissioned", written by an agent before 0.2
+        return Lifecycle.STOPPED
+
+
+def _membership(contact: dict[str, Any], tomb: Tombstone | None) -> MembershipState:
+    """The saved standing; a tombstone always wins, whatever else the file says."""
+    if tomb is not None:
+        return MembershipState(
+            Standing.DECOMMISSIONED,
+            since=float(tomb.at),
+            host=str(contact.get("host", "")),
+            detail=str(tomb.reason),
+            instance_id=str(tomb.instance_id),
+            reported=bool(contact.get("reported", True)),
+        )
+    try:
+        standing = Standing(contact.get("state", Standing.WAITING.value))
+    except ValueError:
+        standing = Standing.WAITING
+    if standing is Standing.DECOMMISSIONED:  # only the tombstone says that
+        standing = Standing.WAITING
+    return MembershipState(
+        standing,
+        since=float(contact.get("since", 0.0)),
+        host=str(contact.get("host", "")),
+        detail=str(contact.get("detail", "")),
+        instance_id=str(contact.get("instance_id", "")),
+    )
 
 
 class StateStore:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 
+from xce_agent.membership import Standing
 from xce_agent.state import AgentState
 
 
 def status_line(state: AgentState) -> str:
-    if state.tombstone is not None:
-        return f"decommissioned: {state.tombstone.reason}"
+    member = state.membership
+    if member.decommissioned:
+        return f"decommissioned: {member.detail}"
     roles = ",".join(state.roles) or "no role"
     parts = []
     for comp in state.components:
@@ -19,15 +21,26 @@ def status_line(state: AgentState) -> str:
     return f"{roles}: {components}; {contact_text(state)}"
 
 
+def _clock(when: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(when))
+
+
 def contact_text(state: AgentState) -> str:
-    contact = state.controller
-    if contact.state == "connected":
-        return f"controller connected as {contact.host}"
-    if contact.state == "waiting":
+    member = state.membership
+    waiting = (
+        f"; waiting out Retry-After until {_clock(member.retry_until)}"
+        if (member.retry_until)
+        else ""
+    )
+    if member.standing is Standing.CONNECTED:
+        return f"controller connected as {member.host}"
+    if member.standing is Standing.WAITING:
         return "waiting for controller"
-    if contact.state == "unreachable":
-        since = time.strftime("%H:%M:%S", time.localtime(contact.since))
-        return f"waiting for controller (no answer since {since}: {contact.detail})"
-    if contact.state == "not configured":
+    if member.standing is Standing.UNREACHABLE:
+        since = _clock(member.since)
+        return f"waiting for controller (no answer since {since}: {member.detail}{waiting})"
+    if member.standing is Standing.REFUSED:
+        return f"refused by the controller since {_clock(member.since)} ({member.detail}{waiting})"
+    if member.standing is Standing.NOT_CONFIGURED:
         return "no controller configured"
-    return f"controller {contact.state}"
+    return f"controller {member.standing.value}"

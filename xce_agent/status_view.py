@@ -20,29 +20,43 @@ def _ago(then: float, now: float) -> str:
     return f"{stamp} ({seconds // 3600}h ago)"
 
 
+def _last_exit(last_exit: str | None, reason: str, phase: str) -> str:
+    """The last exit, and the reason when it adds something (it often repeats the exit)."""
+    last = last_exit or "-"
+    if not reason or phase not in ("fatal", "backoff", "held"):
+        return last
+    if last_exit and reason.startswith(last_exit):
+        return reason
+    return f"{last}; {reason}"
+
+
 def render_status(state: AgentState, now: float) -> str:
     lines = [status_line(state), ""]
-    lines.append(f"lifecycle:   {state.lifecycle}")
+    lines.append(f"lifecycle:   {state.lifecycle.value}")
     lines.append(f"instance:    {state.instance_id or '-'}")
     lines.append(f"roles:       {', '.join(state.roles) or '-'}")
     if state.agent:
         lines.append(
             f"agent pid:   {state.agent.pid}, up since {_ago(state.agent.started_at, now)}"
         )
-    contact = state.controller
-    detail = f" ({contact.detail})" if contact.detail else ""
-    lines.append(f"controller:  {contact.state} since {_ago(contact.since, now)}{detail}")
+    member = state.membership
+    detail = f" ({member.detail})" if member.detail else ""
+    lines.append(f"controller:  {member.standing.value} since {_ago(member.since, now)}{detail}")
+    if member.retry_until and member.retry_until > now:
+        lines.append(f"retry-after: waiting until {_ago(member.retry_until, now)}")
+    if member.link_warning:
+        lines.append(f"link:        {member.link_warning}")
     if state.tombstone:
         tomb = state.tombstone
-        lines.append(f"tombstone:   {tomb.reason} at {_ago(tomb.at, now)}")
+        lines.append(
+            f"tombstone:   instance {tomb.instance_id}: {tomb.reason} at {_ago(tomb.at, now)}"
+        )
     lines.append("")
     header = f"{'COMPONENT':<18} {'ROLE':<10} {'STATE':<9} {'PID':>7} {'RESTARTS':>8}  LAST EXIT"
     lines.append(header)
     for comp in state.components:
         pid = str(comp.pid) if comp.pid else "-"
-        last = comp.last_exit or "-"
-        if comp.reason and comp.phase in ("fatal", "backoff", "held"):
-            last = f"{last}; {comp.reason}"
+        last = _last_exit(comp.last_exit, comp.reason, comp.phase)
         lines.append(
             f"{comp.name:<18} {comp.role:<10} {comp.phase:<9} {pid:>7} {comp.restarts:>8}  {last}"
         )

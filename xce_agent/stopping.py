@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from xce_agent.agent import LOCK_FILE
 from xce_agent.config import AgentConfig
-from xce_agent.state import AgentState, StateStore
+from xce_agent.state import AgentState, Lifecycle, StateStore
 from xce_agent.supervision.process import ProcessIdentity, boot_id, same_process
 
 
@@ -79,7 +79,9 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
             else c
             for c in state.components
         )
-        store.save(replace(state, components=comps, lifecycle="stopped", updated_at=time.time()))
+        store.save(
+            replace(state, components=comps, lifecycle=Lifecycle.STOPPED, updated_at=time.time())
+        )
     finally:
         os.close(lock)
     if not stopped:

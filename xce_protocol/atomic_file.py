@@ -8,10 +8,16 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    """Temp file in the same directory, fsync, rename over, fsync the directory."""
+def write_atomic(path: Path, text: str, mode: int = 0o600, owner: int | None = None) -> None:
+    """Temp file in the same directory, fsync, rename over, fsync the directory.
+
+    `owner` (a uid, group root) is set before anything is written, so the file never
+    exists with the wrong owner (needs root).
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        if owner is not None:
+            os.fchown(fd, owner, 0)
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

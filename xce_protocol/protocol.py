@@ -1,8 +1,10 @@
 """The agent's side of the controller protocol (version 1): requests it sends, answers it trusts.
 
-Only a well-formed answer counts. A refusal stops the worker only when it is a 410 whose body
-says `decommissioned` and names this host and this instance; anything else (garbage, another
-host, a 5xx, a timeout, a TLS failure) is a failed contact and leaves the worker alone.
+Only a well-formed answer counts: a JSON object whose `protocol` is a string of major version 1
+(a number, or no version at all, is not an answer of this protocol). A refusal stops the worker
+only when it is a 410 whose body says `decommissioned` and names this host and this instance;
+anything else (garbage, another host, a 5xx, a redirect, a timeout, a TLS failure) is a failed
+contact and leaves the worker alone.
 """
 
 from __future__ import annotations
@@ -48,11 +50,20 @@ def _major(body: dict[str, Any]) -> str | None:
 
 def classify(status: int, body: Any, me: Identity, retry_after: float | None = None) -> Answer:
     """Turn an HTTP status and parsed JSON body into what the agent may act on."""
+    if 300 <= status < 400:
+        return Answer(Outcome.RETRY, f"HTTP {status} redirect: not followed")
     if status >= 500 or not isinstance(body, dict):
         what = f"HTTP {status}" if status >= 500 else f"HTTP {status} with a malformed body"
         return Answer(Outcome.RETRY, what, retry_after=retry_after)
     major = _major(body)
-    if major is not None and major != MAJOR:
+    if major is None:
+        shown = repr(body.get("protocol"))[:40] if "protocol" in body else "no protocol version"
+        return Answer(
+            Outcome.RETRY,
+            f"HTTP {status} answer with {shown} instead of a protocol version string: ignored",
+            retry_after=retry_after,
+        )
+    if major != MAJOR:
         return Answer(
             Outcome.INCOMPATIBLE,
             f"controller speaks protocol {body.get('protocol')}, this agent {PROTOCOL}",

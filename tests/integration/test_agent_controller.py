@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -113,10 +114,19 @@ def test_unmatched_join_refused_leaves_the_worker_unstarted(tmp_path: Path) -> N
     w = World(tmp_path, unmatched="refuse")
     try:
         agent = w.agent("i-stray", "stray1")
-        wait_for(lambda: agent.state().get("controller", {}).get("state") == "unreachable")
+        # A definite refusal is shown as one, with its reason, not as "unreachable".
+        wait_for(lambda: agent.state().get("controller", {}).get("state") == "refused")
+        assert "unmatched" in agent.state()["controller"]["detail"]
+        status = subprocess.run(
+            [sys.executable, "-m", "xce_agent", "status", "--state-dir", str(agent.dir / "state")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "refused by the controller" in status.splitlines()[0]
+        assert "unmatched" in status.splitlines()[0]
         time.sleep(1)
         assert agent.worker().get("phase") == "stopped"
-        assert "unmatched" in agent.state()["controller"]["detail"]
     finally:
         w.close()
 
@@ -196,7 +206,8 @@ def test_decommission_stops_the_worker_for_good(world: World, policy: str, final
     assert job["id"] == 1
     # Honoured across an agent restart: the worker is not started again.
     agent.restart()
-    wait_for(lambda: agent.state().get("lifecycle") == "decommissioned")
+    wait_for(lambda: agent.state().get("lifecycle") == "running")
+    assert agent.state()["controller"]["state"] == "decommissioned"
     time.sleep(1.0)
     assert agent.worker().get("phase") == "stopped" and not agent.worker().get("pid")
 

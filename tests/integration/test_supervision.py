@@ -38,11 +38,13 @@ class Harness:
         while not predicate():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"not reached in {timeout}s: {self.sup.states}")
+                raise AssertionError(
+                    f"not reached in {timeout}s: {[self.sup.state(n) for n in self.sup.specs]}"
+                )
             self.reactor.run_once(max_wait=min(left, 0.1))
 
     def phase(self, name: str = "c") -> Phase:
-        return self.sup.states[name].phase
+        return self.sup.state(name).phase
 
 
 @pytest.fixture
@@ -69,9 +71,9 @@ def test_crashing_child_is_restarted(make: Callable[..., Harness]) -> None:
     h = make("import time; time.sleep(0.2); raise SystemExit(3)")
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.RUNNING)
-    first = h.sup.states["c"].pid
-    h.run_until(lambda: h.sup.states["c"].restarts >= 2)
-    state = h.sup.states["c"]
+    first = h.sup.state("c").pid
+    h.run_until(lambda: h.sup.state("c").restarts >= 2)
+    state = h.sup.state("c")
     assert state.pid != first
     assert state.last_exit is not None and state.last_exit.code == 3
 
@@ -89,14 +91,14 @@ def test_child_ignoring_sigterm_is_killed_after_stop_timeout(
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.RUNNING)
     time.sleep(0.3)  # let it install the handler
-    pid = h.sup.states["c"].pid
+    pid = h.sup.state("c").pid
     assert pid is not None
     began = time.monotonic()
     h.sup.stop("c")
     h.run_until(lambda: h.phase() is Phase.STOPPED)
     took = time.monotonic() - began
     assert 0.45 <= took < 3.0
-    last = h.sup.states["c"].last_exit
+    last = h.sup.state("c").last_exit
     assert last is not None and last.signal == signal.SIGKILL
     assert not alive(pid)
 
@@ -111,7 +113,7 @@ def test_grandchildren_are_stopped_with_the_group(make: Callable[..., Harness]) 
     h = make(script)
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.RUNNING)
-    pid = h.sup.states["c"].pid
+    pid = h.sup.state("c").pid
     assert pid is not None
     deadline = time.monotonic() + 5
     while len(group_members(pid)) < 4 and time.monotonic() < deadline:
@@ -136,7 +138,7 @@ def test_strays_of_a_crashed_child_are_cleaned_before_restart(
     h = make(script, restart=RestartSpec(initial_delay=1.0, max_delay=1.0, jitter=0))
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.RUNNING)
-    pid = h.sup.states["c"].pid
+    pid = h.sup.state("c").pid
     assert pid is not None
     h.run_until(lambda: h.phase() is Phase.BACKOFF)
     deadline = time.monotonic() + 2
@@ -152,7 +154,7 @@ def test_child_exiting_instantly_ends_fatal_and_supervisor_stays_up(
     h = make("raise SystemExit(1)", restart=loop)
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.FATAL)
-    state = h.sup.states["c"]
+    state = h.sup.state("c")
     assert state.restarts == 4
     assert "crash loop" in state.reason
 
@@ -165,7 +167,7 @@ def test_never_exiting_child_stops_gracefully(make: Callable[..., Harness]) -> N
     h.sup.stop("c")
     h.run_until(lambda: h.phase() is Phase.STOPPED)
     assert time.monotonic() - began < 1.0
-    last = h.sup.states["c"].last_exit
+    last = h.sup.state("c").last_exit
     assert last is not None and last.signal == signal.SIGTERM
 
 
@@ -173,7 +175,7 @@ def test_policy_never_leaves_an_exited_child(make: Callable[..., Harness]) -> No
     h = make("raise SystemExit(0)", restart=RestartSpec(policy=RestartPolicy.NEVER))
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.EXITED)
-    assert h.sup.states["c"].restarts == 0
+    assert h.sup.state("c").restarts == 0
 
 
 def test_output_goes_to_the_log_with_the_component_name(
@@ -200,7 +202,7 @@ def test_missing_program_is_reported_and_ends_fatal(make: Callable[..., Harness]
     h = Harness([spec], None)
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.FATAL)
-    last = h.sup.states["c"].last_exit
+    last = h.sup.state("c").last_exit
     assert last is not None and "No such file" in last.describe()
     h.reactor.close()
 
@@ -221,10 +223,10 @@ def test_failing_tcp_probe_restarts_the_component(make: Callable[..., Harness]) 
     h = make("import time; time.sleep(60)", liveness=probe)
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.RUNNING)
-    first = h.sup.states["c"].pid
-    h.run_until(lambda: h.sup.states["c"].restarts >= 1 and h.phase() is Phase.RUNNING)
-    assert h.sup.states["c"].pid != first
-    assert h.sup.states["c"].last_exit is not None
+    first = h.sup.state("c").pid
+    h.run_until(lambda: h.sup.state("c").restarts >= 1 and h.phase() is Phase.RUNNING)
+    assert h.sup.state("c").pid != first
+    assert h.sup.state("c").last_exit is not None
 
 
 def test_passing_exec_probe_keeps_the_component(make: Callable[..., Harness]) -> None:
@@ -233,8 +235,8 @@ def test_passing_exec_probe_keeps_the_component(make: Callable[..., Harness]) ->
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.RUNNING)
     time.sleep(0.3)
-    h.run_until(lambda: h.sup.states["c"].probe_next is not None, 2)
-    assert h.sup.states["c"].restarts == 0
+    h.run_until(lambda: h.sup.state("c").probe_next is not None, 2)
+    assert h.sup.state("c").restarts == 0
 
 
 def test_http_probe_follows_the_status_code() -> None:

@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 
 from xce_agent.errors import StateError
-from xce_agent.state import AgentState, ComponentRecord, StateStore, Tombstone
+from xce_agent.membership import MembershipState, Standing
+from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
 from xce_agent.status_line import status_line
 from xce_agent.status_view import render_status
 
 
 def sample() -> AgentState:
     return AgentState(
-        lifecycle="running",
+        lifecycle=Lifecycle.RUNNING,
         instance_id="i-1",
         roles=("worker",),
         components=(ComponentRecord("w", "worker", "running", pid=42, restarts=2),),
@@ -73,5 +74,6 @@ def test_status_line_and_view() -> None:
     assert status_line(state) == "worker: w running pid 42; no controller configured"
     view = render_status(state, 0.0)
     assert "w                  worker     running        42        2" in view
-    tomb = AgentState(tombstone=Tombstone("i-1", "reclaimed by provider", 1.0))
+    gone = MembershipState(Standing.DECOMMISSIONED, 1.0, "n1", "reclaimed by provider", "i-1")
+    tomb = AgentState(membership=gone)
     assert status_line(tomb) == "decommissioned: reclaimed by provider"

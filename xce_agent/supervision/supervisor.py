@@ -6,10 +6,11 @@ import functools
 import logging
 import os
 import random
+import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from xce_agent.supervision import machine as m
@@ -20,6 +21,7 @@ from xce_agent.supervision.process import (
     ProcessIdentity,
     ProcessRunner,
     SpawnError,
+    same_process,
 )
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_agent.supervision.spec import ComponentSpec, ProbeSpec
@@ -40,7 +42,12 @@ def _ignore_decommission(name: str, code: int) -> None:
 
 
 class Supervisor:
-    """Owns the components' processes; all methods run on the reactor's thread."""
+    """Owns the components' processes; all methods run on the reactor's thread.
+
+    The owner sees a narrow API: start or stop a component or a role, read a component's
+    state, adopt or retire a process a previous agent left. The runner, the states and the
+    process handles stay private, so only the machine's transitions change them.
+    """
 
     def __init__(
         self,
@@ -55,9 +62,9 @@ class Supervisor:
     ) -> None:
         self.specs = {spec.name: spec for spec in specs}
         self.reactor = reactor
-        self.runner = runner or ProcessRunner()
-        self.states = {name: m.ComponentState() for name in self.specs}
-        self.handles: dict[str, Handle] = {}
+        self._runner = runner or ProcessRunner()
+        self._states = {name: m.ComponentState() for name in self.specs}
+        self._handles: dict[str, Handle] = {}
         self.on_change = on_change
         self.on_decommission_exit = on_decommission_exit
         self._rand = rand
@@ -79,7 +86,7 @@ class Supervisor:
 
     def start_all(self, reason: str = "agent started") -> None:
         for name in self.specs:
-            if self.states[name].phase is not m.Phase.RUNNING:
+            if self._states[name].phase is not m.Phase.RUNNING:
                 self.start(name, reason)
 
     def stop(self, name: str, reason: str = "requested") -> None:
@@ -89,10 +96,52 @@ class Supervisor:
         for name in self.specs:
             self.stop(name, reason)
 
+    def role(self, role: str) -> list[str]:
+        return [name for name, spec in self.specs.items() if spec.role == role]
+
+    def start_role(self, role: str, reason: str) -> None:
+        for name in self.role(role):
+            self.start(name, reason)
+
+    def stop_role(self, role: str, reason: str) -> None:
+        for name in self.role(role):
+            self.stop(name, reason)
+
+    def set_role_env(self, role: str, env: Mapping[str, str]) -> None:
+        """Variables added to the next starts of the role's components (the worker's handoff)."""
+        for name in self.role(role):
+            self._runner.set_extra_env(name, env)
+
+    def state(self, name: str) -> m.ComponentState:
+        return self._states[name]
+
+    def role_down(self, role: str) -> bool:
+        """No component of the role runs, starts or stops."""
+        busy = (m.Phase.RUNNING, m.Phase.STARTING, m.Phase.STOPPING)
+        names = self.role(role)
+        return all(self._states[n].phase not in busy and n not in self._handles for n in names)
+
+    def watched(self, name: str) -> bool:
+        return name in self._handles
+
+    def adopt_marked(self, name: str) -> bool:
+        """Adopt a process this owner started for `name` but did not record (found by markers)."""
+        marked = self._runner.find_marked(self.specs[name])
+        if marked is not None and self.adopt(name, marked):
+            log.warning("%s: adopted unrecorded process %d by its markers", name, marked.pid)
+            return True
+        return False
+
+    def retire(self, name: str, identity: ProcessIdentity) -> None:
+        """A component no longer configured but still running from before: SIGTERM its group."""
+        if same_process(identity.pid, identity.create_time):
+            log.warning("%s: no longer configured; sending SIGTERM to its group", name)
+            self._runner.signal_group(identity.pid, signal.SIGTERM)
+
     def adopt(self, name: str, recorded: ProcessIdentity) -> bool:
         """Watch a process a previous agent started, if it is still that process."""
         spec = self.specs[name]
-        handle = self.runner.adopt(recorded, spec)
+        handle = self._runner.adopt(recorded, spec)
         if handle is None:
             return False
         now = self.reactor.clock.monotonic()
@@ -104,19 +153,19 @@ class Supervisor:
         return True
 
     def identities(self) -> dict[str, ProcessIdentity]:
-        return {name: handle.identity for name, handle in self.handles.items()}
+        return {name: handle.identity for name, handle in self._handles.items()}
 
     def idle(self) -> bool:
         """No process is running and none is being started or stopped."""
         busy = (m.Phase.RUNNING, m.Phase.STARTING, m.Phase.STOPPING)
-        return not self.handles and all(s.phase not in busy for s in self.states.values())
+        return not self._handles and all(s.phase not in busy for s in self._states.values())
 
     def close(self) -> None:
         """Let go of everything without touching the processes (agent restart)."""
         for timer in self._timers.values():
             timer.cancel()
-        for name in list(self.handles):
-            handle = self.handles.pop(name)
+        for name in list(self._handles):
+            handle = self._handles.pop(name)
             self.reactor.remove_reader(handle.pidfd)
 
             os.close(handle.pidfd)
@@ -139,14 +188,14 @@ class Supervisor:
 
     def _apply(self, name: str, event: m.Event) -> None:
         spec = self.specs[name]
-        before = self.states[name]
+        before = self._states[name]
         now = self.reactor.clock.monotonic()
         transition = m.step(spec, before, event, now, self._rand())
-        self.states[name] = transition.state
+        self._states[name] = transition.state
         self._schedule(name, transition.state)
         for action in transition.actions:
             self._perform(name, action)
-        after = self.states[name]
+        after = self._states[name]
         if (before.phase, before.pid, before.restarts) != (after.phase, after.pid, after.restarts):
             self._log_change(name, before, after)
             self.on_change(name, after)
@@ -163,7 +212,7 @@ class Supervisor:
         if isinstance(action, m.Spawn):
             self._spawn(name)
         elif isinstance(action, m.SignalGroup):
-            self.runner.signal_group(action.pid, action.signal)
+            self._runner.signal_group(action.pid, action.signal)
         elif isinstance(action, m.RunProbe):
             self._run_probe(name)
         else:
@@ -172,7 +221,7 @@ class Supervisor:
     def _spawn(self, name: str) -> None:
         spec = self.specs[name]
         try:
-            handle = self.runner.spawn(spec, self.outputs.get(name))
+            handle = self._runner.spawn(spec, self.outputs.get(name))
         except SpawnError as exc:
             log.error("%s: cannot start: %s", name, exc)
             self._queue.append((name, m.SpawnFailed(str(exc))))
@@ -181,14 +230,14 @@ class Supervisor:
         self._queue.append((name, m.Spawned(handle.pid)))
 
     def _watch(self, name: str, handle: Handle) -> None:
-        self.handles[name] = handle
+        self._handles[name] = handle
         self.reactor.add_reader(handle.pidfd, lambda: self._on_exit(name, handle))
 
     def _on_exit(self, name: str, handle: Handle) -> None:
         self.reactor.remove_reader(handle.pidfd)
-        code, signum = self.runner.reap(handle)
-        if self.handles.get(name) is handle:
-            del self.handles[name]
+        code, signum = self._runner.reap(handle)
+        if self._handles.get(name) is handle:
+            del self._handles[name]
         if name in self.outputs:
             self._read_output(name)
         self.post(name, m.Exited(code, signum, handle.pid))

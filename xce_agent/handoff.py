@@ -1,0 +1,111 @@
+"""What the agent hands the worker: the template file, a credential file and their variables.
+
+The worker's environment names files, never a secret: `XCE_TEMPLATE_FILE` (the join answer's
+template) and `XCE_CREDENTIAL_FILE` (the token the worker uses for its own requests, that is
+its job reports). Both files are readable by the worker's user only: owned by that user,
+mode 0400 (root-owned 0600 when the worker runs as root). The state directory stays closed
+to everyone else: mode 0710 with the worker user's group, so that group may pass through it
+to the two files but list nothing and read nothing else (state.json, output pipes and the lock
+are 0600 root).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pwd
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xce_agent.supervision.spec import ComponentSpec
+from xce_protocol.atomic_file import write_atomic
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_FILE = "template.json"
+CREDENTIAL_FILE = "credential"
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who must be able to read the handoff files: a uid and gid, or root (None)."""
+
+    uid: int | None = None
+    gid: int | None = None
+
+
+def reader_of(specs: Iterable[ComponentSpec]) -> Reader:
+    """The user the worker-role components run as (the first one that names a user)."""
+    users = {spec.user for spec in specs if spec.user is not None}
+    if not users:
+        return Reader()
+    first = sorted(users)[0]
+    if len(users) > 1:
+        log.error(
+            "worker-role components run as several users (%s): only %s can read the template",
+            ", ".join(sorted(users)),
+            first,
+        )
+    try:
+        entry = pwd.getpwuid(int(first)) if first.isdigit() else pwd.getpwnam(first)
+    except (KeyError, ValueError):
+        return Reader()  # the spawn fails and says so
+    return Reader(entry.pw_uid, entry.pw_gid)
+
+
+class Handoff:
+    def __init__(
+        self, directory: Path, reader: Reader, controller_url: str, credential: str | None
+    ) -> None:
+        self.directory = directory
+        self.reader = reader
+        self.controller_url = controller_url
+        self.credential = credential
+        self.template_path = directory / TEMPLATE_FILE
+        self.credential_path = directory / CREDENTIAL_FILE
+
+    def open_directory(self) -> None:
+        """Let the worker's user through the state directory (0710), nobody else."""
+        if self.reader.uid is None or os.geteuid() != 0:
+            return
+        gid = self.reader.gid if self.reader.gid is not None else 0
+        os.chown(self.directory, 0, gid)
+        os.chmod(self.directory, 0o710)  # noqa: S103 - traverse only, for the worker's group
+
+    def write_template(self, doc: Mapping[str, Any]) -> None:
+        self._write(self.template_path, json.dumps(dict(doc), indent=2) + "\n")
+
+    def write_credential(self) -> None:
+        if self.credential:
+            self._write(self.credential_path, self.credential + "\n")
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.credential_path.unlink()
+
+    def _write(self, path: Path, text: str) -> None:
+        uid = self.reader.uid if os.geteuid() == 0 else None
+        write_atomic(path, text, mode=0o400 if uid is not None else 0o600, owner=uid)
+
+    def env(self, host: str, instance_id: str) -> dict[str, str] | None:
+        """The worker's variables, or None while there is no template from a join yet."""
+        try:
+            doc = json.loads(self.template_path.read_text())
+            template = doc.get("template", {})
+            name, slots = str(template.get("name", "")), str(template.get("slots", 1))
+        except (OSError, ValueError, AttributeError):
+            return None
+        env = {
+            "XCE_TEMPLATE_FILE": str(self.template_path),
+            "XCE_HOST_NAME": host,
+            "XCE_INSTANCE_ID": instance_id,
+            "XCE_CONTROLLER_URL": self.controller_url,
+            "XCE_TEMPLATE": name,
+            "XCE_SLOTS": slots,
+        }
+        if self.credential and self.credential_path.exists():
+            env["XCE_CREDENTIAL_FILE"] = str(self.credential_path)
+        return env
