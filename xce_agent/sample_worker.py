@@ -4,12 +4,16 @@ It joins the controller as a worker does, runs the jobs dispatched to its host a
 processes (never more than the template's slots), reports their start and end, and exits
 with DECOMMISSIONED_EXIT when its (re)join is refused because the host was decommissioned.
 It reads what the agent handed it: XCE_TEMPLATE_FILE, XCE_HOST_NAME, XCE_INSTANCE_ID,
-XCE_CONTROLLER_URL and XCE_TOKEN.
+XCE_CONTROLLER_URL and XCE_CREDENTIAL_FILE (the token for its own requests: read once, kept in
+memory). Jobs get a clean environment (a fixed PATH, their HOME and user, XCE_JOB_ID): nothing
+of the worker's, so neither the credential nor its path. The worker also makes itself
+non-dumpable, so a job running as the same user cannot read its memory through /proc.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -25,7 +29,32 @@ import requests
 from xce_protocol.protocol import Identity, Outcome, classify
 
 DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
+JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
+_PR_SET_DUMPABLE = 4
 log = logging.getLogger("sample-worker")
+
+
+def read_credential(env: dict[str, str]) -> str:
+    path = env.get("XCE_CREDENTIAL_FILE")
+    if not path:
+        return ""
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+def job_env(env: dict[str, str], job_id: int) -> dict[str, str]:
+    """What a job sees: nothing the agent handed the worker."""
+    clean = {"PATH": JOB_PATH, "XCE_JOB_ID": str(job_id)}
+    for key in ("HOME", "USER", "LOGNAME", "LANG", "TZ"):
+        if key in env:
+            clean[key] = env[key]
+    return clean
+
+
+def not_dumpable() -> None:
+    """Keep same-user processes (jobs) out of this process's memory and /proc entries."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 @dataclass
@@ -42,9 +71,11 @@ class SampleWorker:
         self.host = env["XCE_HOST_NAME"]
         self.instance = env.get("XCE_INSTANCE_ID", "")
         self.url = env["XCE_CONTROLLER_URL"].rstrip("/")
+        self.env = env
         self.session = requests.Session()
-        if env.get("XCE_TOKEN"):
-            self.session.headers["Authorization"] = f"Bearer {env['XCE_TOKEN']}"
+        token = read_credential(env)
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
         self.running: dict[int, Running] = {}
         self.version = 0
         self.stopping = False
@@ -107,7 +138,12 @@ class SampleWorker:
         for job_id, job in sorted(mine.items()):
             if job_id in self.running or len(self.running) >= self.slots:
                 continue
-            proc = subprocess.Popen(job["command"], start_new_session=True)
+            proc = subprocess.Popen(
+                job["command"],
+                start_new_session=True,
+                env=job_env(self.env, job_id),
+                stdin=subprocess.DEVNULL,
+            )
             self.running[job_id] = Running(proc, job_id)
             self._post(f"/v1/hosts/{self.host}/jobs/{job_id}/started", {})
             log.info("job %d started: %s", job_id, " ".join(job["command"]))
@@ -141,6 +177,7 @@ class SampleWorker:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
+    not_dumpable()
     worker = SampleWorker(dict(os.environ))
 
     def on_term(signum: int, frame: object) -> None:
