@@ -130,7 +130,8 @@ def request(
         conn.request(method, target.base_path + path, body=body, headers=headers)
         _remaining(sock, deadline)
         response = conn.getresponse()
-        data = _read_body(response, sock, deadline, max_body)
+        # From here the response owns the socket; the deadline's timer still bounds reads.
+        data = _read_body(response, deadline, max_body)
         return Reply(
             response.status,
             parse_json(data),
@@ -158,6 +159,8 @@ def request(
 
 
 def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
     return type(exc).__name__
 
 
@@ -191,16 +194,15 @@ def _decoder(encoding: str) -> Any:
     raise HttpFailure(f"answer in an unknown content encoding {encoding[:40]!r}")
 
 
-def _read_body(
-    response: http.client.HTTPResponse, sock: socket.socket, deadline: float, limit: int
-) -> bytes:
+def _read_body(response: http.client.HTTPResponse, deadline: float, limit: int) -> bytes:
     declared = response.getheader("Content-Length")
     decoder = _decoder(response.getheader("Content-Encoding", "") or "")
     if declared and declared.isdigit() and decoder is None and int(declared) > limit:
         raise HttpFailure(f"controller answer larger than {limit} bytes: not read")
     out = bytearray()
     while True:
-        _remaining(sock, deadline)
+        if time.monotonic() >= deadline:
+            raise socket.timeout("deadline passed")
         chunk = response.read(_CHUNK)
         if not chunk:
             break

@@ -58,13 +58,11 @@ def retry_delay(attempt: int, rand: float, cap: float, retry_after: float | None
     return delay
 
 
-def clamp(value: Any, default: float, bounds: tuple[float, float], name: str) -> float:
+def clamp(value: Any, default: float, bounds: tuple[float, float]) -> float:
     """A published interval within bounds; a non-number or non-finite one keeps the default."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return default
     low, high = bounds
-    if not low <= value <= high:
-        log.warning("controller published %s=%r: using %g", name, value, min(high, max(low, value)))
     return float(min(high, max(low, value)))
 
 
@@ -265,11 +263,20 @@ class ControllerLink:
 
     def _accept_intervals(self, body: dict[str, Any]) -> None:
         if "heartbeat_interval" in body:
-            value = body["heartbeat_interval"]
-            self.interval = clamp(value, self.interval, HEARTBEAT_BOUNDS, "heartbeat_interval")
+            interval = self._published(body, "heartbeat_interval", self.interval, HEARTBEAT_BOUNDS)
+            if interval != self.interval:
+                self.interval = interval
+                self._wake.set()  # a heartbeat waiting out the old interval starts over
         if "host_loss_grace" in body:
-            value = body["host_loss_grace"]
-            self.grace = clamp(value, self.grace, GRACE_BOUNDS, "host_loss_grace")
+            self.grace = self._published(body, "host_loss_grace", self.grace, GRACE_BOUNDS)
+
+    def _published(
+        self, body: dict[str, Any], key: str, current: float, bounds: tuple[float, float]
+    ) -> float:
+        value = clamp(body[key], current, bounds)
+        if value != current and value != body[key]:
+            log.warning("controller published %s=%r: using %gs", key, body[key], value)
+        return value
 
     def _template_doc(self, body: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -297,6 +304,7 @@ class ControllerLink:
             delay = 0.0
             if answer.outcome is Outcome.ACCEPTED:
                 attempt = 0
+                self._accept_intervals(answer.body)
                 version = answer.body.get("version")
                 if isinstance(version, int) and not isinstance(version, bool):
                     self.version = max(self.version, version)

@@ -24,12 +24,14 @@ class AgentProcess:
         worker: list[str] | None = None,
         extra: str = "",
         token: str = "",
+        ca_file: str = "",
     ) -> None:
         self.dir = workdir / host
         self.dir.mkdir(parents=True, exist_ok=True)
         self.config = self.dir / "agent.yaml"
         command = json.dumps(worker or SAMPLE_WORKER)
         token_line = f", token: {token}" if token else ""
+        token_line += f", ca_file: '{ca_file}'" if ca_file else ""
         self.config.write_text(
             f"version: 1\ncontroller: {{url: '{url}', timeout: 2s, "
             f"max_retry_delay: 1s{token_line}}}\n"
