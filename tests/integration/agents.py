@@ -25,6 +25,7 @@ class AgentProcess:
         extra: str = "",
         token: str = "",
         ca_file: str = "",
+        worker_user: str = "",
     ) -> None:
         self.dir = workdir / host
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -38,7 +39,8 @@ class AgentProcess:
             f"instance: {{id: {instance}, host_name: {host}}}\n"
             "roles:\n  worker:\n    components:\n      worker:\n"
             f"        command: {command}\n        stop_timeout: 5s\n"
-            "        decommission_exit_codes: [100]\n"
+            + (f"        user: {worker_user}\n" if worker_user else "")
+            + "        decommission_exit_codes: [100]\n"
             "        restart: {initial_delay: 0, delay: 0.2s, max_delay: 1s}\n"
             f"state_directory: '{self.dir / 'state'}'\n{extra}"
         )

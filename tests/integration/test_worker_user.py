@@ -1,0 +1,144 @@
+"""A worker running as another user reads its template and credential; nobody else does.
+
+The worker here is `nobody` (a shell script, so it needs nothing but /bin/sh), the agent root.
+Another unprivileged uid must not read the template, the credential or the state, nor list
+the state directory. With the sample worker and a real controller that wants a token, the
+job reports go through (so the worker read its credential) while no job sees the token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.integration.agents import AgentProcess
+from tests.integration.controller_proc import ControllerProcess
+from tests.integration.fake_controller import HOST, INSTANCE, FakeController
+from tests.integration.helpers import wait_for
+
+TOKEN = "s3cret-join-token"
+STRANGER = 54321  # a uid with no passwd entry: "anybody else on the host"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A directory every user may pass through (pytest's tmp_path is 0700 root)."""
+    path = Path(tempfile.mkdtemp(prefix="xce-worker-user-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def as_stranger(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv), user=STRANGER, group=STRANGER, capture_output=True, text=True, check=False
+    )
+
+
+def test_worker_user_reads_template_and_credential_and_nobody_else_does(base: Path) -> None:
+    out = base / "out"
+    out.mkdir()
+    os.chown(out, pwd.getpwnam("nobody").pw_uid, -1)
+    script = (
+        f'cd {out} && id -u > uid && cat "$XCE_TEMPLATE_FILE" > template '
+        '&& cat "$XCE_CREDENTIAL_FILE" > credential '
+        '&& { cat "$(dirname "$XCE_TEMPLATE_FILE")/state.json" > state 2>&1 || touch no-state; } '
+        "&& { env | grep -c s3cret > env-token || true; } && exec sleep 600"
+    )
+    server = FakeController(lambda x: None, ())
+    agent = AgentProcess(
+        base,
+        server.url,
+        INSTANCE,
+        HOST,
+        worker=["/bin/sh", "-c", script],
+        token=TOKEN,
+        worker_user="nobody",
+    )
+    agent.start()
+    try:
+        wait_for((out / "env-token").exists, timeout=20)
+        nobody = pwd.getpwnam("nobody")
+        assert (out / "uid").read_text().strip() == str(nobody.pw_uid)
+        assert json.loads((out / "template").read_text())["template"]["name"] == "default"
+        assert (out / "credential").read_text().strip() == TOKEN
+        assert (out / "no-state").exists()  # the state itself stays closed to the worker
+        assert (out / "env-token").read_text().strip() == "0"  # no token in its environment
+
+        state = agent.dir / "state"
+        mode = os.stat(state)
+        assert stat.S_IMODE(mode.st_mode) == 0o710 and mode.st_gid == nobody.pw_gid
+        for name in ("template.json", "credential"):
+            info = os.stat(state / name)
+            assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (nobody.pw_uid, 0o400), name
+        for name in ("template.json", "credential", "state.json"):
+            denied = as_stranger("/bin/cat", str(state / name))
+            assert denied.returncode != 0 and "Permission denied" in denied.stderr, name
+        assert as_stranger("/bin/ls", str(state)).returncode != 0
+    finally:
+        agent.stop()
+        server.close()
+
+
+CLUSTER = f"""\
+version: 1
+heartbeat_interval: 1s
+host_loss_grace: 10s
+agent_max_restart_backoff: 1s
+rejoin_allowance: 1s
+auth: {{join_token: {TOKEN}}}
+templates:
+  default: {{slots: 1}}
+"""
+
+
+def test_jobs_never_see_the_credential(tmp_path: Path) -> None:
+    ctl = ControllerProcess(tmp_path, CLUSTER).start()
+    agent = AgentProcess(tmp_path, ctl.url, "i-1", "node1", token=TOKEN).start()
+    try:
+        wait_for(agent.worker_pid, timeout=20)
+        worker_env = _environ(agent.worker_pid() or 0)
+        assert TOKEN not in json.dumps(worker_env)
+        assert Path(worker_env["XCE_CREDENTIAL_FILE"]).read_text().strip() == TOKEN
+        seen = tmp_path / "job-env"
+        command = ["/bin/sh", "-c", f'env > {seen}; echo "token=$XCE_TOKEN" >> {seen}']
+        job = _api(ctl, "POST", "/v1/jobs", json={"command": command, "host": "node1"})
+
+        # "done" needs the worker's own reports, which the controller takes only with the token.
+        def state() -> str:
+            return str(
+                next(j for j in _api(ctl, "GET", "/v1/jobs") if j["id"] == job["id"])["state"]
+            )
+
+        wait_for(lambda: state() == "done", 20)
+        text = seen.read_text()
+        assert TOKEN not in text and "XCE_CREDENTIAL_FILE" not in text
+        assert "XCE_JOB_ID=" in text and "XCE_TEMPLATE_FILE" not in text
+    finally:
+        agent.stop()
+        ctl.stop()
+
+
+def _api(ctl: ControllerProcess, method: str, path: str, **kw: Any) -> Any:
+    response = requests.request(
+        method, ctl.url + path, headers=ctl.admin_headers(), timeout=10, **kw
+    )
+    return response.json()
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
