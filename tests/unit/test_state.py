@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from xce_agent.demo_launcher import install_hint
 from xce_agent.errors import StateError
 from xce_agent.membership import MembershipState, Standing
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
@@ -77,3 +79,35 @@ def test_status_line_and_view() -> None:
     gone = MembershipState(Standing.DECOMMISSIONED, 1.0, "n1", "reclaimed by provider", "i-1")
     tomb = AgentState(membership=gone)
     assert status_line(tomb) == "decommissioned: reclaimed by provider"
+
+
+def test_status_shows_refusals_retry_after_and_each_exit_once() -> None:
+    refused = MembershipState(
+        Standing.REFUSED, 3600.0, "n1", "HTTP 403 unmatched: no such instance", "i-1", 7200.0
+    )
+    crashing = ComponentRecord(
+        "w",
+        "worker",
+        "backoff",
+        last_exit="exited with code 1",
+        reason="exited with code 1; restart in 0.20s",
+    )
+    state = replace(sample(), membership=refused, components=(crashing,))
+    line = status_line(state)
+    assert "refused by the controller" in line and "HTTP 403 unmatched" in line
+    assert "waiting out Retry-After until" in line
+    view = render_status(state, 3700.0)
+    assert "retry-after: waiting until" in view
+    assert view.count("exited with code 1") == 1
+
+
+@pytest.mark.parametrize(
+    ("where", "hint"),
+    [
+        ("/usr/lib/python3/dist-packages/xce_agent/demo_launcher.py", "apt install xce-controller"),
+        ("/usr/lib/python3.9/site-packages/xce_agent/demo_launcher.py", "dnf install"),
+        ("/home/me/src/xce_agent/demo_launcher.py", "pip install"),
+    ],
+)
+def test_demo_hint_fits_how_the_agent_was_installed(where: str, hint: str) -> None:
+    assert hint in install_hint(where)
