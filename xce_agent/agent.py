@@ -184,7 +184,7 @@ class Agent:
             env = self.handoff.env(self.host, self.config.instance.id)
             for role in ms.JOIN_FIRST_ROLES:
                 if env is not None:  # an adopted worker restarts with the template it had
-                    self.supervisor.set_role_env(role, env)
+                    self.supervisor.set_role_env(role, env, self.handoff.fds())
         boot = ms.Boot(
             self.config.instance.id,
             self.host,
@@ -231,6 +231,7 @@ class Agent:
         # Save while the handles are still known: the next agent adopts from this record.
         self._set_lifecycle(lifecycle)
         self.supervisor.close()
+        self.handoff.close()
         if self.writer is not None:
             self.writer.close()
         self.reactor.restore_signals()
@@ -286,12 +287,11 @@ class Agent:
                 if env is None:
                     log.error("no template from the controller: not starting %s", action.role)
                     return
-                self.supervisor.set_role_env(action.role, env)
+                self.supervisor.set_role_env(action.role, env, self.handoff.fds())
             self.supervisor.start_role(action.role, action.reason)
         elif isinstance(action, ms.StopRole):
             self.supervisor.stop_role(action.role, action.reason)
         elif isinstance(action, ms.WriteTemplate):
-            self.handoff.write_credential()
             self.handoff.write_template(action.doc)
         elif isinstance(action, ms.SaveNow):
             if self.writer is not None:

@@ -2,11 +2,18 @@
 
 The worker's environment names files, never a secret: `XCE_TEMPLATE_FILE` (the join answer's
 template) and `XCE_CREDENTIAL_FILE` (the token the worker uses for its own requests, that is
-its job reports). Both files are readable by the worker's user only: owned by that user,
-mode 0400 (root-owned 0600 when the worker runs as root). The state directory stays closed
-to everyone else: mode 0710 with the worker user's group, so that group may pass through it
-to the two files but list nothing and read nothing else (state.json, output pipes and the lock
-are 0600 root).
+its job reports).
+
+The template is readable by the worker's user only: owned by that user, mode 0400 (root-owned
+0600 when the worker runs as root). The state directory stays closed to everyone else: mode
+0710 with the worker user's group, so that group may pass through it to the template but list
+nothing and read nothing else (state.json, output pipes and the lock are 0600 root).
+
+The credential is not on disk at all: it is an anonymous in-memory file (memfd) the worker
+inherits as a descriptor, and `XCE_CREDENTIAL_FILE` is its path `/dev/fd/N`. Only the process
+holding the descriptor can open it, so a job that runs as the worker's own user finds nothing
+to read once the worker has read the token and closed the descriptor (and made itself
+non-dumpable, so /proc/PID/fd of the worker is closed to it too).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from xce_protocol.atomic_file import write_atomic
 log = logging.getLogger(__name__)
 
 TEMPLATE_FILE = "template.json"
-CREDENTIAL_FILE = "credential"
+OLD_CREDENTIAL_FILE = "credential"  # not written any more; removed if an older agent left it
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,7 @@ class Handoff:
         self.controller_url = controller_url
         self.credential = credential
         self.template_path = directory / TEMPLATE_FILE
-        self.credential_path = directory / CREDENTIAL_FILE
+        self._credential_fd: int | None = None
 
     def open_directory(self) -> None:
         """Let the worker's user through the state directory (0710), nobody else."""
@@ -79,12 +86,26 @@ class Handoff:
     def write_template(self, doc: Mapping[str, Any]) -> None:
         self._write(self.template_path, json.dumps(dict(doc), indent=2) + "\n")
 
-    def write_credential(self) -> None:
-        if self.credential:
-            self._write(self.credential_path, self.credential + "\n")
-        else:
+    def credential_fd(self) -> int | None:
+        """The descriptor of the in-memory credential file (made once), or None without one."""
+        if not self.credential:
+            return None
+        if self._credential_fd is None:
             with contextlib.suppress(FileNotFoundError):
-                self.credential_path.unlink()
+                (self.directory / OLD_CREDENTIAL_FILE).unlink()
+            fd = os.memfd_create("xce-credential", os.MFD_CLOEXEC)
+            os.write(fd, (self.credential + "\n").encode())
+            self._credential_fd = fd
+        return self._credential_fd
+
+    def fds(self) -> tuple[int, ...]:
+        fd = self.credential_fd()
+        return () if fd is None else (fd,)
+
+    def close(self) -> None:
+        if self._credential_fd is not None:
+            os.close(self._credential_fd)
+            self._credential_fd = None
 
     def _write(self, path: Path, text: str) -> None:
         uid = self.reader.uid if os.geteuid() == 0 else None
@@ -106,6 +127,7 @@ class Handoff:
             "XCE_TEMPLATE": name,
             "XCE_SLOTS": slots,
         }
-        if self.credential and self.credential_path.exists():
-            env["XCE_CREDENTIAL_FILE"] = str(self.credential_path)
+        fd = self.credential_fd()
+        if fd is not None:
+            env["XCE_CREDENTIAL_FILE"] = f"/dev/fd/{fd}"
         return env

@@ -35,11 +35,16 @@ log = logging.getLogger("sample-worker")
 
 
 def read_credential(env: dict[str, str]) -> str:
+    """The token, read once; the inherited descriptor behind /dev/fd/N is closed after."""
     path = env.get("XCE_CREDENTIAL_FILE")
     if not path:
         return ""
     with open(path, encoding="utf-8") as handle:
-        return handle.read().strip()
+        token = handle.read().strip()
+    if path.startswith("/dev/fd/") and path[len("/dev/fd/") :].isdigit():
+        with contextlib.suppress(OSError):
+            os.close(int(path[len("/dev/fd/") :]))
+    return token
 
 
 def job_env(env: dict[str, str], job_id: int) -> dict[str, str]:

@@ -1,9 +1,10 @@
 """A worker running as another user reads its template and credential; nobody else does.
 
 The worker here is `nobody` (a shell script, so it needs nothing but /bin/sh), the agent root.
-Another unprivileged uid must not read the template, the credential or the state, nor list
-the state directory. With the sample worker and a real controller that wants a token, the
-job reports go through (so the worker read its credential) while no job sees the token.
+The credential reaches it as an inherited in-memory file, never on disk; another unprivileged
+uid must not read the template or the state, nor list the state directory. With the sample
+worker and a real controller that wants a token, the job reports go through (so the worker
+read its credential) while no job sees the token.
 """
 
 from __future__ import annotations
@@ -81,10 +82,11 @@ def test_worker_user_reads_template_and_credential_and_nobody_else_does(base: Pa
         state = agent.dir / "state"
         mode = os.stat(state)
         assert stat.S_IMODE(mode.st_mode) == 0o710 and mode.st_gid == nobody.pw_gid
-        for name in ("template.json", "credential"):
-            info = os.stat(state / name)
-            assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (nobody.pw_uid, 0o400), name
-        for name in ("template.json", "credential", "state.json"):
+        info = os.stat(state / "template.json")
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (nobody.pw_uid, 0o400)
+        assert not any(TOKEN in p.read_text(errors="replace") for p in state.rglob("*.json"))
+        assert not (state / "credential").exists()
+        for name in ("template.json", "state.json"):
             denied = as_stranger("/bin/cat", str(state / name))
             assert denied.returncode != 0 and "Permission denied" in denied.stderr, name
         assert as_stranger("/bin/ls", str(state)).returncode != 0
@@ -112,7 +114,7 @@ def test_jobs_never_see_the_credential(tmp_path: Path) -> None:
         wait_for(agent.worker_pid, timeout=20)
         worker_env = _environ(agent.worker_pid() or 0)
         assert TOKEN not in json.dumps(worker_env)
-        assert Path(worker_env["XCE_CREDENTIAL_FILE"]).read_text().strip() == TOKEN
+        assert worker_env["XCE_CREDENTIAL_FILE"].startswith("/dev/fd/")
         seen = tmp_path / "job-env"
         command = ["/bin/sh", "-c", f'env > {seen}; echo "token=$XCE_TOKEN" >> {seen}']
         job = _api(ctl, "POST", "/v1/jobs", json={"command": command, "host": "node1"})

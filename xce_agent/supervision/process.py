@@ -217,10 +217,12 @@ class ProcessRunner:
         self.owner = owner  # who started the process (the agent's state directory)
         self._envs: dict[str, dict[str, str]] = {}
         self._extra: dict[str, dict[str, str]] = {}
+        self._fds: dict[str, tuple[int, ...]] = {}
 
-    def set_extra_env(self, name: str, env: Mapping[str, str]) -> None:
-        """Variables the owner adds for the next starts of `name` (the worker's template)."""
+    def set_extra_env(self, name: str, env: Mapping[str, str], fds: tuple[int, ...] = ()) -> None:
+        """Variables (and descriptors) the owner adds for the next starts of `name`."""
         self._extra[name] = dict(env)
+        self._fds[name] = fds
         self._envs.pop(name, None)
 
     def spawn(self, spec: ComponentSpec, output: OutputPipe | None) -> Handle:
@@ -238,6 +240,7 @@ class ProcessRunner:
                 user=creds.user,
                 group=creds.group,
                 extra_groups=creds.extra_groups,
+                pass_fds=self._fds.get(spec.name, ()),
             )
         except (OSError, KeyError, ValueError, SpawnError, subprocess.SubprocessError) as exc:
             raise SpawnError(_spawn_error_text(spec, exc)) from None

@@ -107,10 +107,10 @@ class Supervisor:
         for name in self.role(role):
             self.stop(name, reason)
 
-    def set_role_env(self, role: str, env: Mapping[str, str]) -> None:
-        """Variables added to the next starts of the role's components (the worker's handoff)."""
+    def set_role_env(self, role: str, env: Mapping[str, str], fds: tuple[int, ...] = ()) -> None:
+        """Variables (and inherited descriptors) for the next starts of the role's components."""
         for name in self.role(role):
-            self._runner.set_extra_env(name, env)
+            self._runner.set_extra_env(name, env, fds)
 
     def state(self, name: str) -> m.ComponentState:
         return self._states[name]
