@@ -196,8 +196,17 @@ def test_two_hosts_boot_join_restart_and_decommission(
             10,
             "STATUS decommissioned",
         )
+        agent_before = state_of(a)["agent"]["pid"]
         assert a.run("systemctl", "restart", "xce-agent").returncode == 0
-        a.wait_for(lambda: state_of(a)["lifecycle"] == "decommissioned", 30, "tombstone kept")
+        a.wait_for(
+            lambda: (
+                state_of(a)["agent"]["pid"] != agent_before
+                and state_of(a)["lifecycle"] == "running"
+                and state_of(a)["controller"]["state"] == "decommissioned"
+            ),
+            30,
+            "tombstone kept",
+        )
         assert worker_pid(a) is None
         a.shutdown()
         a.boot()
@@ -206,7 +215,14 @@ def test_two_hosts_boot_join_restart_and_decommission(
             120,
             "agent active after reboot",
         )
-        a.wait_for(lambda: state_of(a)["lifecycle"] == "decommissioned", 30, "still decommissioned")
+        a.wait_for(
+            lambda: (
+                state_of(a)["lifecycle"] == "running"
+                and state_of(a)["controller"]["state"] == "decommissioned"
+            ),
+            30,
+            "still decommissioned",
+        )
         assert worker_pid(a) is None
         assert worker_pid(b) == b_pid
         assert cluster.api("GET", "/v1/hosts/hostb")["state"] == "open"
