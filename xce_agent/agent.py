@@ -180,7 +180,10 @@ class Agent:
             if not self.supervisor.watched(name):
                 self.supervisor.adopt_marked(name)
         if self.config.controller is not None:
-            self.handoff.open_directory()
+            try:
+                self.handoff.open_directory()
+            except OSError as exc:
+                log.error("cannot open the state directory to the worker: %s", exc.strerror)
             env = self.handoff.env(self.host, self.config.instance.id)
             for role in ms.JOIN_FIRST_ROLES:
                 if env is not None:  # an adopted worker restarts with the template it had
@@ -292,7 +295,10 @@ class Agent:
         elif isinstance(action, ms.StopRole):
             self.supervisor.stop_role(action.role, action.reason)
         elif isinstance(action, ms.WriteTemplate):
-            self.handoff.write_template(action.doc)
+            try:
+                self.handoff.write_template(action.doc)
+            except OSError as exc:  # the worker start that follows says it has no template
+                log.error("cannot write %s: %s", self.handoff.template_path, exc.strerror)
         elif isinstance(action, ms.SaveNow):
             if self.writer is not None:
                 self.writer.flush()  # e.g. the tombstone is on disk before the worker stops
