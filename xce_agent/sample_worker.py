@@ -86,7 +86,8 @@ class SampleWorker:
         self.stopping = False
 
     def _post(self, path: str, body: dict[str, Any]) -> requests.Response:
-        return self.session.post(self.url + path, json=body, timeout=10)
+        # Like the agent, never follow a redirect: only the configured controller is heard.
+        return self.session.post(self.url + path, json=body, timeout=10, allow_redirects=False)
 
     def join(self) -> bool:
         """True when joined; exits DECOMMISSIONED_EXIT when refused as decommissioned."""
@@ -120,7 +121,10 @@ class SampleWorker:
             "instance_id": self.instance,
         }
         response = self.session.get(
-            f"{self.url}/v1/hosts/{self.host}/watch", params=params, timeout=15
+            f"{self.url}/v1/hosts/{self.host}/watch",
+            params=params,
+            timeout=15,
+            allow_redirects=False,
         )
         self._check_refusal(response)
         if response.status_code != 200:
