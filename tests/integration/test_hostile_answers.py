@@ -45,6 +45,7 @@ from xce_agent.controller_client import ControllerClient
 from xce_protocol.protocol import Identity, Outcome
 
 PARALLEL = 4
+LATENCIES: dict[str, float] = {}  # refusal sent -> worker gone, per case
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 Writer = Callable[[Exchange], None]
 
@@ -340,6 +341,7 @@ def _refuse(run: Run) -> None:
     sent = run.server.first_refusal
     assert sent is not None
     assert stopped - sent < 1.0, f"worker stopped {stopped - sent:.2f}s after the refusal"
+    LATENCIES[run.name] = stopped - sent
     wait_for(lambda: run.agent.state().get("tombstone") is not None, timeout=5)
 
 
@@ -373,7 +375,14 @@ def test_hostile_answers_table(selected: list[str], tmp_path: Path) -> None:
     assert not failed, "\n".join(f"{name}: {why}" for name, why in sorted(failed.items()))
     if _origin:
         assert _origin[0].count("refuse") == 0, "a redirect was followed"
-    print(f"{len(selected)} hostile cases in {time.monotonic() - started:.1f}s")
+    worst = max(LATENCIES.values(), default=0.0)
+    print(f"{len(selected)} hostile cases in {time.monotonic() - started:.1f}s; refusal to worker")
+    print(f"stopped: worst {worst * 1000:.0f} ms, median {_median(LATENCIES) * 1000:.0f} ms")
+
+
+def _median(values: dict[str, float]) -> float:
+    ordered = sorted(values.values())
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def test_tls_failure_is_a_failed_contact_not_a_refusal() -> None:
