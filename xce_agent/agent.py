@@ -179,11 +179,11 @@ class Agent:
         for name in self.supervisor.specs:
             if not self.supervisor.watched(name):
                 self.supervisor.adopt_marked(name)
+        try:
+            self.handoff.open_directory()
+        except OSError as exc:
+            log.error("cannot set the state directory's access: %s", exc.strerror)
         if self.config.controller is not None:
-            try:
-                self.handoff.open_directory()
-            except OSError as exc:
-                log.error("cannot open the state directory to the worker: %s", exc.strerror)
             env = self.handoff.env(self.host, self.config.instance.id)
             for role in ms.JOIN_FIRST_ROLES:
                 if env is not None:  # an adopted worker restarts with the template it had

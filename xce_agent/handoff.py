@@ -76,8 +76,15 @@ class Handoff:
         self._credential_fd: int | None = None
 
     def open_directory(self) -> None:
-        """Let the worker's user through the state directory (0710), nobody else."""
-        if self.reader.uid is None or os.geteuid() != 0:
+        """Let the worker's user through the state directory (0710), nobody else.
+
+        Without a worker user it is closed again (0700 root), in case an earlier config had one.
+        """
+        if os.geteuid() != 0:
+            return
+        if self.reader.uid is None:
+            os.chown(self.directory, 0, 0)
+            os.chmod(self.directory, 0o700)
             return
         gid = self.reader.gid if self.reader.gid is not None else 0
         os.chown(self.directory, 0, gid)
