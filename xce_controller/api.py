@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.codec import host_to_json, job_to_json
-from xce_controller.model import TERMINAL, Host, JobState
+from xce_controller.model import TERMINAL, Host, Job, JobState
 from xce_controller.schemas import (
     ControlBody,
     DecommissionBody,
@@ -31,12 +31,14 @@ from xce_controller.schemas import (
     JoinAnswer,
     JoinBody,
     SubmitBody,
+    TemplateUse,
     WatchAnswer,
 )
 from xce_controller.service import PROTOCOL, Controller
+from xce_controller.store import StorageUnavailable
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 422)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 422, 503)
 }
 
 
@@ -85,6 +87,15 @@ def create_app(ctl: Controller) -> FastAPI:
         body = {"error": exc.kind, "message": exc.message, "protocol": PROTOCOL, **exc.details}
         return JSONResponse(body, status_code=exc.status)
 
+    @app.exception_handler(StorageUnavailable)
+    async def storage(request: Request, exc: StorageUnavailable) -> JSONResponse:
+        body = {
+            "error": "storage_unavailable",
+            "message": f"the controller cannot store changes: {exc.cause}; nothing was changed",
+            "protocol": PROTOCOL,
+        }
+        return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kinds = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
@@ -115,6 +126,12 @@ def create_app(ctl: Controller) -> FastAPI:
             "heartbeat_interval": ctl.cfg.heartbeat_interval,
             "host_loss_grace": ctl.cfg.host_loss_grace,
         }
+
+    def job(j: Job) -> dict[str, Any]:
+        data = job_to_json(j)
+        placed = ctl.cluster.hosts.get(j.assigned)
+        data["assigned_host"] = placed.name if placed is not None else ""
+        return data
 
     def detail(host: Host) -> dict[str, Any]:
         data = host_to_json(host)
@@ -183,7 +200,7 @@ def create_app(ctl: Controller) -> FastAPI:
         if host.state in TERMINAL:
             raise lc.decommissioned(host)
         jobs = [
-            job_to_json(j)
+            job(j)
             for j in ctl.cluster.jobs.values()
             if j.assigned == host.key
             and j.state in (JobState.ASSIGNED, JobState.RUNNING, JobState.KILLED)
@@ -204,7 +221,7 @@ def create_app(ctl: Controller) -> FastAPI:
         ctl.commit(
             jobmodel.job_report(ctl.cluster, ctl.clock(), host, job_id, event, body.exit_code)
         )
-        return job_to_json(ctl.cluster.jobs[job_id])
+        return job(ctl.cluster.jobs[job_id])
 
     @app.post("/v1/expected", response_model=HostDetail, status_code=201, responses=ERRORS)
     async def expect(body: ExpectBody, by: Admin) -> dict[str, Any]:
@@ -278,10 +295,26 @@ def create_app(ctl: Controller) -> FastAPI:
         )
         job_id = int(facts[0].data["id"])
         ctl.commit(facts)
-        return job_to_json(ctl.cluster.jobs[job_id])
+        return job(ctl.cluster.jobs[job_id])
 
     @app.get("/v1/jobs", response_model=list[JobBody], responses=ERRORS)
     async def jobs(by: Admin) -> list[dict[str, Any]]:
-        return [job_to_json(j) for j in sorted(ctl.cluster.jobs.values(), key=lambda j: j.id)]
+        return [job(j) for j in sorted(ctl.cluster.jobs.values(), key=lambda j: j.id)]
+
+    @app.post("/v1/jobs/{job_id}/cancel", response_model=JobBody, responses=ERRORS)
+    async def cancel(job_id: int, by: Admin) -> dict[str, Any]:
+        ctl.cancel(job_id, "admin")
+        return job(ctl.cluster.jobs[job_id])
+
+    @app.get("/v1/templates", response_model=list[TemplateUse], responses=ERRORS)
+    async def templates(by: Admin) -> list[dict[str, Any]]:
+        uses: dict[str, int] = {}
+        for h in ctl.cluster.hosts.values():
+            if h.state not in TERMINAL:
+                uses[h.template] = uses.get(h.template, 0) + 1
+        return [
+            {**t.to_json(), "hosts": uses.get(name, 0)}
+            for name, t in sorted(ctl.cfg.templates.items())
+        ]
 
     return app

@@ -6,7 +6,9 @@ import asyncio
 import ipaddress
 import json
 import logging
+import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +41,7 @@ def main() -> None:
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
 def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
     """Serve the REST API until SIGTERM."""
-    from xce_controller.server import bind, make_server, token_file
-    from xce_protocol.atomic_file import write_atomic
+    from xce_controller.server import bind, make_server, stable_admin_token, token_file
 
     cfg = _config(config_file)
     host, _, port_text = listen.rpartition(":")
@@ -57,20 +58,31 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
         sys.exit(EX_CONFIG)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if not cfg.admin_token:
+            cfg = replace(cfg, admin_token=stable_admin_token(db))
+            click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
         sock = bind(host, int(port_text))
+        server, controller = make_server(cfg, db, sock)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(f"xce-controller: {problem}", err=True)
+        sys.exit(EX_CONFIG)
     except OSError as exc:
         click.echo(f"xce-controller: cannot listen on {listen}: {exc.strerror}", err=True)
         sys.exit(1)
     port = sock.getsockname()[1]
-    server, controller = make_server(cfg, db, sock)
-    if controller.generated_token:
-        path = token_file(db)
-        write_atomic(path, controller.cfg.admin_token + "\n", mode=0o600)
-        click.echo(f"xce-controller: admin token for this run in {path}", err=True)
     if port_file:
         port_file.write_text(f"{port}\n")
     click.echo(f"xce-controller: listening on http://{host}:{port}", err=True)
-    run_loop(server.serve(sockets=[sock]))
+
+    async def serve_with_reload() -> None:
+        # SIGHUP: reload the config, checked first; a bad one is logged and the old one kept.
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGHUP, controller.reload_config, lambda: load_cluster_config(config_file)
+        )
+        await server.serve(sockets=[sock])
+
+    run_loop(serve_with_reload())
 
 
 def run_loop(main: Any) -> None:

@@ -48,6 +48,7 @@ def host_to_json(host: Host) -> dict[str, Any]:
         "drain": drain,
         "reason": host.reason,
         "history": [{"at": c.at, "state": c.state, "by": c.by, "why": c.why} for c in host.history],
+        "before_loss": host.before_loss,
     }
 
 
@@ -77,6 +78,7 @@ def host_from_json(d: dict[str, Any]) -> Host:
         drain=drain,
         reason=d["reason"],
         history=tuple(Change(c["at"], c["state"], c["by"], c["why"]) for c in d["history"]),
+        before_loss=d.get("before_loss", ""),
     )
 
 

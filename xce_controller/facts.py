@@ -50,7 +50,7 @@ def _expected(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
         deadline=d["deadline"],
         token_hash=d.get("token_hash", ""),
     )
-    cluster.hosts[key] = _with_state(host, HostState.EXPECTED, fact, "instance recorded")
+    cluster.put_host(_with_state(host, HostState.EXPECTED, fact, "instance recorded"))
     return {key}
 
 
@@ -69,18 +69,21 @@ def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
         addresses=tuple(d.get("addresses", ())),
         roles=tuple(d.get("roles", ())),
         resources=dict(d.get("resources", {})),
-        drain=None,
+        drain=base.drain if base.before_loss == HostState.DRAINING.value else None,
+        before_loss="",
     )
+    # A lost host joining again returns to the state it was lost in (a drain is kept).
+    state = HostState(d.get("state", HostState.OPEN.value))
     why = "joined as provisioned instance" if d["provisioned"] else "joined (not provisioned)"
-    cluster.put_host(_with_state(host, HostState.OPEN, fact, d.get("why", why)))
+    cluster.put_host(_with_state(host, state, fact, d.get("why", why)))
     return {key}
 
 
 def _rejoined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
     host = cluster.hosts[key]
-    cluster.hosts[key] = replace(
-        host, boot_id=d.get("boot_id", ""), addresses=tuple(d.get("addresses", ()))
+    cluster.put_host(
+        replace(host, boot_id=d.get("boot_id", ""), addresses=tuple(d.get("addresses", ())))
     )
     return {key}
 
@@ -89,9 +92,14 @@ def _state(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
     state = HostState(d["state"])
     host = cluster.hosts[key]
-    if state is not HostState.DRAINING:
-        host = replace(host, drain=None)
-    cluster.hosts[key] = _with_state(host, state, fact, d.get("why", ""))
+    if state is HostState.LOST:
+        # Remember what it was doing: a lost draining host still owes its decommission.
+        host = replace(host, before_loss=host.state.value)
+    else:
+        host = replace(host, before_loss="")
+        if state is not HostState.DRAINING:
+            host = replace(host, drain=None)
+    cluster.put_host(_with_state(host, state, fact, d.get("why", "")))
     return {key}
 
 
@@ -100,7 +108,7 @@ def _drain(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     drain = Drain(fact.at, d["timeout"], DrainPolicy(d["policy"]), fact.by, d.get("why", ""))
     host = replace(cluster.hosts[key], drain=drain)
     why = f"decommission requested: {drain.why}" if drain.why else "decommission requested"
-    cluster.hosts[key] = _with_state(host, HostState.DRAINING, fact, why)
+    cluster.put_host(_with_state(host, HostState.DRAINING, fact, why))
     return {key}
 
 
@@ -163,6 +171,11 @@ def _job_killed(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     )
 
 
+def _job_waiting(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    cluster.put_job(replace(cluster.jobs[d["id"]], note=d.get("why", "")))
+    return set()
+
+
 _HANDLERS = {
     "expected": _expected,
     "joined": _joined,
@@ -175,4 +188,5 @@ _HANDLERS = {
     "job_finished": _job_finished,
     "job_requeued": _job_requeued,
     "job_killed": _job_killed,
+    "job_waiting": _job_waiting,
 }

@@ -132,15 +132,7 @@ def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[
 def _match(cluster: Cluster, req: JoinRequest) -> Host | None:
     if req.instance_id and req.instance_id in cluster.hosts:
         return cluster.hosts[req.instance_id]
-    waiting = (HostState.EXPECTED, HostState.OVERDUE)
-    for host in cluster.hosts.values():
-        if host.state not in waiting or not host.provisioned:
-            continue
-        if host.expected_name and host.expected_name == req.name:
-            return host
-        if host.expected_address and host.expected_address in req.addresses:
-            return host
-    return None
+    return cluster.waiting_match(req.name, req.addresses)
 
 
 def join(
@@ -188,7 +180,7 @@ def _join_matched(
             host=host.name,
             instance_id=host.instance_id,
         )
-    if host.state in JOINED:
+    if host.state in JOINED or host.state is HostState.LOST:
         return _join_again(now, req, host)
     return [
         _joined_fact(
@@ -205,18 +197,18 @@ def _join_matched(
 
 def _join_again(now: float, req: JoinRequest, host: Host) -> list[Fact]:
     if host.state is HostState.LOST:
-        return [
-            _joined_fact(
-                now,
-                req,
-                host.key,
-                host.template,
-                host.provisioned,
-                host.provider,
-                host.instance_id,
-                why="rejoined after loss",
-            )
-        ]
+        joined = _joined_fact(
+            now,
+            req,
+            host.key,
+            host.template,
+            host.provisioned,
+            host.provider,
+            host.instance_id,
+            why="rejoined after loss",
+        )
+        joined.data["state"] = returned_state(host).value
+        return [joined]
     return [
         fact(
             "rejoined",
@@ -272,19 +264,47 @@ def check_agent(cluster: Cluster, key: str, instance_id: str) -> Host:
     return host
 
 
+def returned_state(host: Host) -> HostState:
+    """The state a lost host returns to: the one it was lost in. A draining host resumes its
+    drain (and, its jobs having been requeued at the loss, completes the decommission)."""
+    try:
+        state = HostState(host.before_loss)
+    except ValueError:
+        return HostState.OPEN
+    return state if state in JOINED else HostState.OPEN
+
+
 def heartbeat(cluster: Cluster, now: float, host: Host) -> list[Fact]:
     if host.state is HostState.LOST:
+        state = returned_state(host)
         return [
             fact(
                 "state",
                 now,
                 host.name,
                 key=host.key,
-                state="open",
-                why="heartbeat resumed after loss",
+                state=state.value,
+                why=f"heartbeat resumed after loss ({state.value} again)",
             )
         ]
     return []
+
+
+def template_problems(cluster: Cluster, cfg: ClusterConfig) -> list[str]:
+    """A template may only leave the config once no live record uses it: a host expected or
+    joined with it would otherwise silently change shape."""
+    users: dict[str, list[str]] = {}
+    for host in cluster.hosts.values():
+        if host.state not in TERMINAL and host.template not in cfg.templates:
+            users.setdefault(host.template, []).append(host.name or host.key)
+    problems = []
+    for name, hosts in sorted(users.items()):
+        shown = ", ".join(sorted(hosts)[:5]) + (", ..." if len(hosts) > 5 else "")
+        problems.append(
+            f"templates.{name}: expected the template while hosts use it "
+            f"({len(hosts)}: {shown}), got nothing"
+        )
+    return problems
 
 
 # --- admin control ---------------------------------------------------------------------
@@ -349,26 +369,52 @@ def control(
 
 
 # --- time -----------------------------------------------------------------------------
+#
+# `alive_since` is when this controller process started. Time it was down does not count
+# against hosts: none could reach it, so each gets a fresh grace (and an expected instance
+# recorded before the start a fresh join allowance) from the start.
+
+
+def heard_from(host: Host, last_seen: float | None, alive_since: float) -> float:
+    """The latest sign of life: a heartbeat, a join or return, or the controller's start."""
+    times = [alive_since, host.joined_at or 0.0, host.self_changed_at or 0.0, last_seen or 0.0]
+    return max(times)
+
+
+def join_deadline(host: Host, cfg: ClusterConfig, alive_since: float) -> float | None:
+    if host.deadline is None:
+        return None
+    if host.expected_at is not None and host.expected_at < alive_since:
+        return max(host.deadline, alive_since + cfg.host_loss_grace)
+    return host.deadline
 
 
 def host_due(
-    cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, last_seen: float | None
+    cluster: Cluster,
+    cfg: ClusterConfig,
+    now: float,
+    host: Host,
+    last_seen: float | None,
+    alive_since: float = 0.0,
 ) -> list[Fact]:
     """Facts that time alone makes due for one host: overdue, drained, lost."""
-    if host.state is HostState.EXPECTED and host.deadline is not None and now >= host.deadline:
-        return [
-            fact(
-                "state",
-                now,
-                CONTROLLER,
-                key=host.key,
-                state="overdue",
-                why="not joined by its deadline",
-            )
-        ]
+    if host.state is HostState.EXPECTED:
+        deadline = join_deadline(host, cfg, alive_since)
+        if deadline is not None and now >= deadline:
+            return [
+                fact(
+                    "state",
+                    now,
+                    CONTROLLER,
+                    key=host.key,
+                    state="overdue",
+                    why="not joined by its deadline",
+                )
+            ]
+        return []
     if host.state not in JOINED:
         return []
-    seen = last_seen if last_seen is not None else (host.joined_at or now)
+    seen = heard_from(host, last_seen, alive_since)
     if now - seen > cfg.host_loss_grace:
         facts = [
             fact("job_requeued", now, CONTROLLER, id=j.id, why=f"host {host.name} lost")
@@ -413,14 +459,16 @@ def _drain_due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
     return [*facts, fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=done)]
 
 
-def next_due(host: Host, cfg: ClusterConfig, last_seen: float | None) -> float | None:
-    """When `host_due` may next return facts for this host (ignoring job completions)."""
+def next_due(
+    host: Host, cfg: ClusterConfig, last_seen: float | None, alive_since: float = 0.0
+) -> float | None:
+    """When `host_due` may next return facts for this host by time alone. A drain's end by
+    its last job is not a time: it is evaluated on the job's finish or requeue."""
     if host.state is HostState.EXPECTED:
-        return host.deadline
+        return join_deadline(host, cfg, alive_since)
     if host.state not in JOINED:
         return None
-    seen = last_seen if last_seen is not None else (host.joined_at or 0.0)
-    due = seen + cfg.host_loss_grace + 1e-6
+    due = heard_from(host, last_seen, alive_since) + cfg.host_loss_grace + 1e-3
     if host.drain is not None and host.drain.deadline is not None:
         due = min(due, host.drain.deadline)
     return due

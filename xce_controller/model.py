@@ -90,6 +90,16 @@ class Host:
     drain: Drain | None = None
     reason: str = ""  # why it is in its current state
     history: tuple[Change, ...] = ()
+    before_loss: str = ""  # the state a lost host returns to when it is heard from again
+
+    @property
+    def self_changed_at(self) -> float | None:
+        """When the host itself last changed its state (a join, a return from loss): a sign
+        of life as good as a heartbeat. Changes the admin or the controller made are not."""
+        for change in reversed(self.history):
+            if self.name and change.by == self.name:
+                return change.at
+        return None
 
 
 @dataclass(frozen=True)
@@ -128,11 +138,25 @@ class Cluster:
     version: int = 0  # number of facts applied
     active: dict[str, set[int]] = field(default_factory=dict)  # host key -> active job ids
     names: dict[str, str] = field(default_factory=dict)  # joined host name -> latest key
+    pending: set[int] = field(default_factory=set)  # ids of pending jobs
+    # Hosts waiting for their join (expected, overdue) by expected name and address, in the
+    # order they were recorded, so a join is matched without scanning every host.
+    waiting_names: dict[str, dict[str, None]] = field(default_factory=dict)
+    waiting_addresses: dict[str, dict[str, None]] = field(default_factory=dict)
 
     def put_host(self, host: Host) -> None:
+        old = self.hosts.get(host.key)
+        if old is not None and _waiting(old):
+            _unindex(self.waiting_names, old.expected_name, old.key)
+            _unindex(self.waiting_addresses, old.expected_address, old.key)
         self.hosts[host.key] = host
         if host.name:
             self.names[host.name] = host.key
+        if _waiting(host):
+            if host.expected_name:
+                self.waiting_names.setdefault(host.expected_name, {})[host.key] = None
+            if host.expected_address:
+                self.waiting_addresses.setdefault(host.expected_address, {})[host.key] = None
 
     def put_job(self, job: Job) -> None:
         """Store a job and keep the per-host index of active jobs current."""
@@ -142,6 +166,10 @@ class Cluster:
         self.jobs[job.id] = job
         if job.assigned and job.state in ACTIVE_JOB:
             self.active.setdefault(job.assigned, set()).add(job.id)
+        if job.state is JobState.PENDING:
+            self.pending.add(job.id)
+        else:
+            self.pending.discard(job.id)
 
     def host_by_name(self, name: str) -> Host | None:
         """The live host called `name` (not decommissioned or returned), else the latest."""
@@ -157,3 +185,24 @@ class Cluster:
 
     def jobs_on(self, key: str) -> list[Job]:
         return [self.jobs[i] for i in sorted(self.active.get(key, ()))]
+
+    def waiting_match(self, name: str, addresses: tuple[str, ...]) -> Host | None:
+        """The first recorded waiting instance expected under this name, else address."""
+        for key in self.waiting_names.get(name, {}):
+            return self.hosts[key]
+        for address in addresses:
+            for key in self.waiting_addresses.get(address, {}):
+                return self.hosts[key]
+        return None
+
+
+def _waiting(host: Host) -> bool:
+    return host.provisioned and host.state in (HostState.EXPECTED, HostState.OVERDUE)
+
+
+def _unindex(index: dict[str, dict[str, None]], value: str, key: str) -> None:
+    keys = index.get(value)
+    if keys is not None:
+        keys.pop(key, None)
+        if not keys:
+            del index[value]

@@ -118,6 +118,7 @@ class JobBody(BaseModel):
     exit_code: Optional[int]
     requeues: int
     note: str
+    assigned_host: str = Field("", description="name of the host it is placed on")
 
 
 class WatchAnswer(HostAnswer):
@@ -193,8 +194,12 @@ class SubmitBody(Strict):
     host: str = Field("", max_length=253)
 
 
-class JobReportBody(Strict):
+class JobReportBody(Lenient):
     exit_code: Annotated[int, Field(ge=-255, le=255), BeforeValidator(_json_number)] = 0
+
+
+class TemplateUse(TemplateBody):
+    hosts: int = Field(description="live hosts (expected or joined) using the template")
 
 
 class InfoAnswer(BaseModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import socket
 import threading
 from pathlib import Path
@@ -14,6 +15,8 @@ from xce_controller.api import create_app
 from xce_controller.config import ClusterConfig
 from xce_controller.service import Controller
 from xce_controller.store import Store
+from xce_protocol.atomic_file import write_atomic
+from xce_protocol.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +34,31 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def token_file(db: Path) -> Path:
-    """Where `serve` puts a generated admin token: beside the database, mode 0600."""
+    """Where `serve` keeps a generated admin token: beside the database, mode 0600."""
     return Path(f"{db}.admin-token")
+
+
+def stable_admin_token(db: Path) -> str:
+    """The generated admin token of this database: made once, then read on every start, so
+    xcecli and scripts keep working across restarts. A file others can read is refused."""
+    path = token_file(db)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        token = secrets.token_urlsafe(24)
+        write_atomic(path, token + "\n", mode=0o600)
+        return token
+    if mode & 0o077:
+        raise ConfigError(
+            [
+                f"{path}: expected an admin token file only its owner can read, "
+                f"got mode {mode & 0o777:o}"
+            ]
+        )
+    token = path.read_text(encoding="utf-8").strip()
+    if not token:
+        raise ConfigError([f"{path}: expected an admin token, got an empty file"])
+    return token
 
 
 def make_server(

@@ -1,7 +1,9 @@
 """The live controller: lifecycle decisions made durable, timers, and long-poll watchers.
 
-Runs on one asyncio loop. Every change goes decision -> facts -> apply -> commit (fsync)
-before any answer leaves, then the watchers of the touched hosts are woken.
+Runs on one asyncio loop. Every change goes decision -> facts -> apply -> what they make due
+(drains that end, jobs placed) -> one commit (fsync) of all of it, before any answer leaves;
+then the watchers of the touched hosts are woken. Timers are per-host due times in a heap
+(xce_controller/timers.py): nothing runs while nothing is due.
 """
 
 from __future__ import annotations
@@ -20,63 +22,104 @@ from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
 from xce_controller.model import TERMINAL, Fact, Host
-from xce_controller.store import Store
+from xce_controller.store import StorageUnavailable, Store
+from xce_controller.timers import Timers
+from xce_protocol.errors import ConfigError
 
 log = logging.getLogger(__name__)
 PROTOCOL = "1.0"
-TICK = 0.25  # seconds between sweeps for deadlines, drains and lost hosts
+MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
+RETRY = 5.0  # a timer whose facts could not be stored tries again after this long
+RESCAN = ("job_submitted", "job_requeued")  # facts after which every open host may take work
 
 
 class Controller:
     def __init__(self, cfg: ClusterConfig, store: Store, clock: Callable[[], float] = time.time):
-        # Admin calls always need a token: without one in the config, one is made per run
-        # (`xce-controller serve` writes it next to the database for xcecli).
+        # Admin calls always need a token: without one in the config, one is made
+        # (`xce-controller serve` keeps it next to the database for xcecli and later runs).
         self.generated_token = not cfg.admin_token
         if self.generated_token:
             cfg = replace(cfg, admin_token=secrets.token_urlsafe(24))
-        self.cfg = cfg
         self.store = store
         self.clock = clock
         self.cluster, self.seen = store.load()
-        self.reports: dict[str, dict[str, Any]] = {}
+        problems = lc.template_problems(self.cluster, cfg)
+        if problems:
+            raise ConfigError(problems)
+        self.cfg = cfg
+        # Time the controller was down does not count against hosts (lifecycle.heard_from).
+        self.alive_since = clock()
+        self.reports: dict[str, dict[str, Any]] = store.reports()
         base = self.cluster.version
         self.host_version: dict[str, int] = dict.fromkeys(self.cluster.hosts, base)
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
-        self._seen_dirty: dict[str, float] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        self.timers = Timers()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed: float | None = None
+        self.storage_down = ""  # the cause while writes fail, logged once
+        for key in self.cluster.hosts:
+            self._schedule(key)
 
     # --- changes ----------------------------------------------------------------------
     def commit(self, facts: list[Fact]) -> set[str]:
-        """Apply and persist facts, then settle what they make due; returns touched hosts."""
+        """Apply facts and what they make due, persist all of it in one transaction, then
+        wake watchers and reset timers; returns the touched hosts. On a storage failure
+        nothing is applied (the state is reloaded) and StorageUnavailable is raised."""
         touched: set[str] = set()
-        while facts:
-            hosts: set[str] = set()
-            jobs: set[int] = set()
-            for fact in facts:
-                hosts |= apply(self.cluster, fact)
-                if "id" in fact.data and fact.kind.startswith("job_"):
-                    jobs.add(int(fact.data["id"]))
-            try:
-                self.store.commit(facts, self.cluster, hosts, jobs)
-            except Exception:
-                log.exception("commit failed; reloading the stored state")
-                self.cluster, self.seen = self.store.load()
-                raise
-            touched |= hosts
-            self._wake(hosts)
-            facts = self._settle(hosts)
+        jobs: set[int] = set()
+        done: list[Fact] = []
+        try:
+            for _ in range(64):  # settling always converges; the bound guards a bug
+                if not facts:
+                    break
+                hosts: set[str] = set()
+                for fact in facts:
+                    hosts |= apply(self.cluster, fact)
+                    if "id" in fact.data and fact.kind.startswith("job_"):
+                        jobs.add(int(fact.data["id"]))
+                done += facts
+                touched |= hosts
+                facts = self._settle(hosts, any(f.kind in RESCAN for f in facts))
+            self.store.commit(done, self.cluster, touched, jobs)
+        except StorageUnavailable as exc:
+            self._storage_failed(exc.cause)
+            self._reload()
+            raise
+        except Exception:
+            log.exception("commit failed; reloading the stored state")
+            self._reload()
+            raise
+        if self.storage_down:
+            log.warning("storage writes resumed")
+            self.storage_down = ""
+        self._wake(touched)
+        for key in touched:
+            self._schedule(key)
         return touched
 
-    def _settle(self, keys: set[str]) -> list[Fact]:
+    def _reload(self) -> None:
+        self.cluster, _ = self.store.load()
+
+    def _storage_failed(self, cause: str) -> None:
+        if not self.storage_down:
+            log.error("storage unavailable, changes are refused until it recovers: %s", cause)
+        self.storage_down = cause
+
+    def _settle(self, keys: set[str], rescan: bool) -> list[Fact]:
         now = self.clock()
         facts: list[Fact] = []
         for key in keys:
             host = self.cluster.hosts.get(key)
             if host is not None:
-                facts += lc.host_due(self.cluster, self.cfg, now, host, self.seen.get(key))
+                facts += self._due(host, now)
         if facts:
             return facts
-        return jobmodel.place(self.cluster, self.cfg, now)
+        return jobmodel.place(self.cluster, self.cfg, now, None if rescan else keys)
+
+    def _due(self, host: Host, now: float) -> list[Fact]:
+        seen = self.seen.get(host.key)
+        return lc.host_due(self.cluster, self.cfg, now, host, seen, self.alive_since)
 
     def _wake(self, keys: set[str]) -> None:
         for key in keys:
@@ -86,48 +129,89 @@ class Controller:
                     fut.set_result(None)
 
     # --- timers -----------------------------------------------------------------------
-    def sweep(self) -> None:
+    def _schedule(self, key: str, at: float | None = None) -> None:
+        host = self.cluster.hosts.get(key)
+        if at is None and host is not None:
+            at = lc.next_due(host, self.cfg, self.seen.get(key), self.alive_since)
+        self.timers.set(key, at)
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._loop is None:
+            return
+        due = self.timers.next()
+        if due is None or (self._armed is not None and self._armed <= due):
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self._armed = due
+        delay = min(max(0.0, due - self.clock()), MAX_SLEEP)
+        self._handle = self._loop.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = self._armed = None
         now = self.clock()
-        facts: list[Fact] = []
-        for host in list(self.cluster.hosts.values()):
-            facts += lc.host_due(self.cluster, self.cfg, now, host, self.seen.get(host.key))
-        if facts:
-            self.commit(facts)
-
-    def flush_seen(self) -> None:
-        if self._seen_dirty:
-            dirty, self._seen_dirty = self._seen_dirty, {}
-            self.store.save_seen(dirty)
-
-    async def run_timers(self) -> None:
-        last_flush = time.monotonic()
-        while True:
-            await asyncio.sleep(TICK)
-            try:
-                self.sweep()
-                if time.monotonic() - last_flush >= 1.0:
-                    self.flush_seen()
-                    last_flush = time.monotonic()
-            except Exception:  # a timer pass must never end the timers
+        keys = self.timers.pop_due(now)
+        facts = [
+            f
+            for key in keys
+            if key in self.cluster.hosts
+            for f in self._due(self.cluster.hosts[key], now)
+        ]
+        try:
+            if facts:
+                self.commit(facts)
+        except Exception:  # a timer must never end the timers; StorageUnavailable is logged
+            if not self.storage_down:
                 log.exception("timer pass failed")
+            for key in keys:
+                self._schedule(key, now + RETRY)
+        else:
+            for key in keys:
+                self._schedule(key)
+        self._arm()
 
     def start(self) -> None:
-        self._tasks.append(asyncio.get_running_loop().create_task(self.run_timers()))
+        self._loop = asyncio.get_running_loop()
+        self._arm()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        self.flush_seen()
+        if self._handle is not None:
+            self._handle.cancel()
+        self._loop = None
+        try:
+            self.store.save_seen(self.seen)  # for display after a restart; never decides
+        except StorageUnavailable as exc:
+            log.warning("heartbeat times not saved: %s", exc.cause)
+
+    def reload_config(self, load: Callable[[], ClusterConfig]) -> list[str]:
+        """Replace the config with a checked new one; on any problem keep the running one
+        and return the problems."""
+        try:
+            cfg = load()
+        except ConfigError as exc:
+            problems = list(exc.problems)
+        else:
+            problems = lc.template_problems(self.cluster, cfg)
+        if problems:
+            for problem in problems:
+                log.error("config not reloaded, keeping the running one: %s", problem)
+            return problems
+        if not cfg.admin_token:
+            cfg = replace(cfg, admin_token=self.cfg.admin_token)
+        self.cfg = cfg
+        for key in self.cluster.hosts:
+            self._schedule(key)
+        log.warning("config reloaded")
+        return []
 
     # --- agents -----------------------------------------------------------------------
     def join(self, req: lc.JoinRequest) -> Host:
         now = self.clock()
         host, facts = lc.join(self.cluster, self.cfg, now, req)
+        self.seen[host.key] = now  # before the commit: what it settles must see the join
         self.commit(facts)
-        joined = self.cluster.hosts[host.key]
-        self.seen[host.key] = now
-        self._seen_dirty[host.key] = now
-        return joined
+        return self.cluster.hosts[host.key]
 
     def agent_host(self, name: str, instance_id: str, token: str) -> Host:
         host = lc.check_agent(self.cluster, name, instance_id)
@@ -142,16 +226,22 @@ class Controller:
         host = self.cluster.host_by_name(name)
         if host is not None and host.state in TERMINAL and host.instance_id == instance_id:
             self.reports[host.key] = {**report, "at": self.clock()}
+            try:  # a restart must not empty what to-return shows
+                self.store.save_report(host.key, self.reports[host.key])
+            except StorageUnavailable as exc:
+                self._storage_failed(exc.cause)
 
     def heartbeat(self, host: Host, report: dict[str, Any]) -> Host:
         now = self.clock()
-        self.seen[host.key] = now
-        self._seen_dirty[host.key] = now
+        self.seen[host.key] = now  # in memory only: docs/controller.md, "Persistence"
         self.reports[host.key] = {**report, "at": now}
         facts = lc.heartbeat(self.cluster, now, host)
         if facts:
             self.commit(facts)
-        return self.cluster.hosts[host.key]
+        host = self.cluster.hosts[host.key]
+        if host.state in TERMINAL:  # a lost draining host came back and finished its drain
+            raise lc.decommissioned(host)
+        return host
 
     async def watch(self, host: Host, since: int, timeout: float) -> Host:
         """Return once the host changed after version `since`, or at the timeout."""
@@ -174,6 +264,9 @@ class Controller:
         if host is None:
             raise lc.Refused("not_found", 404, f"no host {name}")
         return host
+
+    def cancel(self, job_id: int, by: str) -> None:
+        self.commit(jobmodel.cancel(self.cluster, self.clock(), by, job_id))
 
     def control(self, name: str, action: str, by: str, **params: Any) -> Host:
         host = self.find_host(name)

@@ -2,15 +2,20 @@
 
 WAL mode with synchronous=FULL: a change is durable when `commit` returns, and only then is
 an answer sent, so `kill -9` loses nothing that was acknowledged. Heartbeat times are not
-lifecycle facts; they are flushed in batches so the grace timer resumes from stored time.
+stored per beat (docs/controller.md says why); they are saved once at a clean stop, for
+display only. The last agent report of a decommissioned host is stored, for `to-return`.
+Any SQLite failure (a full disk, an I/O error) surfaces as StorageUnavailable with its cause,
+after the transaction is rolled back: nothing is half-written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from xce_controller.codec import host_from_json, host_to_json, job_from_json, job_to_json
 from xce_controller.facts import apply
@@ -23,7 +28,16 @@ CREATE TABLE IF NOT EXISTS facts (
 CREATE TABLE IF NOT EXISTS hosts (key TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
+
+
+class StorageUnavailable(Exception):
+    """The database refused a write; `cause` is SQLite's own words (disk full, I/O error)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
 
 
 class Store:
@@ -66,31 +80,54 @@ class Store:
         self, facts: Iterable[Fact], cluster: Cluster, hosts: set[str], jobs: set[int]
     ) -> None:
         """Append facts and write the rows they changed, in one durable transaction."""
-        cur = self.db.cursor()
-        cur.execute("BEGIN IMMEDIATE")
+        rows = (
+            [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts],
+            [(k, json.dumps(host_to_json(cluster.hosts[k]))) for k in hosts],
+            [(i, json.dumps(job_to_json(cluster.jobs[i]))) for i in jobs],
+        )
         try:
-            cur.executemany(
-                "INSERT INTO facts (kind, at, by, data) VALUES (?, ?, ?, ?)",
-                [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts],
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(
+                "INSERT INTO facts (kind, at, by, data) VALUES (?, ?, ?, ?)", rows[0]
             )
-            cur.executemany(
-                "INSERT OR REPLACE INTO hosts (key, data) VALUES (?, ?)",
-                [(k, json.dumps(host_to_json(cluster.hosts[k]))) for k in hosts],
-            )
-            cur.executemany(
-                "INSERT OR REPLACE INTO jobs (id, data) VALUES (?, ?)",
-                [(i, json.dumps(job_to_json(cluster.jobs[i]))) for i in jobs],
-            )
-            cur.execute("COMMIT")
+            self.db.executemany("INSERT OR REPLACE INTO hosts (key, data) VALUES (?, ?)", rows[1])
+            self.db.executemany("INSERT OR REPLACE INTO jobs (id, data) VALUES (?, ?)", rows[2])
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StorageUnavailable(str(exc)) from exc
         except BaseException:
-            cur.execute("ROLLBACK")
+            self._rollback()
             raise
 
+    def _rollback(self) -> None:
+        if self.db.in_transaction:  # SQLite may already have rolled back (SQLITE_FULL)
+            # The cause is the error being raised; SQLite also rolls back on its own.
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
+
+    def _write(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(sql, rows)
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StorageUnavailable(str(exc)) from exc
+
     def save_seen(self, seen: dict[str, float]) -> None:
-        with self.db:
-            self.db.executemany(
-                "INSERT OR REPLACE INTO seen (key, at) VALUES (?, ?)", list(seen.items())
-            )
+        """All heartbeat times in one transaction (at a clean stop)."""
+        self._write("INSERT OR REPLACE INTO seen (key, at) VALUES (?, ?)", list(seen.items()))
+
+    def save_report(self, key: str, report: dict[str, Any]) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO reports (key, data) VALUES (?, ?)",
+            [(key, json.dumps(report, sort_keys=True))],
+        )
+
+    def reports(self) -> dict[str, dict[str, Any]]:
+        rows = self.db.execute("SELECT key, data FROM reports")
+        return {key: json.loads(data) for key, data in rows}
 
     def close(self) -> None:
         self.db.close()

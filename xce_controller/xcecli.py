@@ -43,8 +43,12 @@ class Client:
         return body
 
 
-def _when(ts: float | None) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts)) if ts else "-"
+def _when(ts: float | None, now: float | None = None) -> str:
+    """Local time of day; with the date when it is more than a day away from now."""
+    if not ts:
+        return "-"
+    far = abs((time.time() if now is None else now) - ts) > 86400
+    return time.strftime("%Y-%m-%d %H:%M:%S" if far else "%H:%M:%S", time.localtime(ts))
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -92,7 +96,7 @@ def _out(data: Any, as_json: bool, text: str) -> None:
 def _host_rows(hosts: list[dict[str, Any]]) -> str:
     rows = [
         [
-            h["name"] or "-",
+            h["name"] or h["expected_name"] or h["expected_address"] or "-",
             h["state"],
             h["instance_id"] or "-",
             h["template"],
@@ -264,7 +268,7 @@ def jobs(client: Client, as_json: bool) -> None:
         [
             str(j["id"]),
             j["state"],
-            j["assigned"] or "-",
+            j.get("assigned_host") or "-",
             str(j["slots"]),
             " ".join(j["command"])[:40],
             j["note"],
@@ -272,6 +276,37 @@ def jobs(client: Client, as_json: bool) -> None:
         for j in data
     ]
     _out(data, as_json, _table(rows, ["JOB", "STATE", "HOST", "SLOTS", "COMMAND", "NOTE"]))
+
+
+@main.command()
+@click.argument("job_id", type=int)
+@click.pass_obj
+def cancel(client: Client, job_id: int) -> None:
+    """Cancel a job (a running one is killed on its host)."""
+    j = client.call("POST", f"/v1/jobs/{job_id}/cancel")
+    click.echo(f"job {j['id']} {j['state']} ({j['note']})")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def templates(client: Client, as_json: bool) -> None:
+    """List the config's host templates and how many live hosts use each."""
+    data = client.call("GET", "/v1/templates")
+    rows = [
+        [
+            t["name"],
+            str(t["slots"]),
+            t["type"] or "-",
+            t["model"] or "-",
+            ",".join(t["host_groups"]) or "-",
+            ",".join(t["roles"]) or "-",
+            str(t["hosts"]),
+        ]
+        for t in data
+    ]
+    header = ["TEMPLATE", "SLOTS", "TYPE", "MODEL", "GROUPS", "ROLES", "HOSTS"]
+    _out(data, as_json, _table(rows, header))
 
 
 @main.command()

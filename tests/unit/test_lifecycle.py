@@ -29,6 +29,7 @@ class World:
         self.cluster = Cluster()
         self.now = 0.0
         self.seen: dict[str, float] = {}
+        self.alive_since = 0.0  # when the (simulated) controller process started
 
     def commit(self, facts: list[Fact]) -> list[Fact]:
         for fact in facts:
@@ -41,7 +42,8 @@ class World:
     def tick(self, to: float) -> None:
         self.now = to
         for host in list(self.cluster.hosts.values()):
-            self.commit(lc.host_due(self.cluster, self.cfg, to, host, self.seen.get(host.key)))
+            seen = self.seen.get(host.key)
+            self.commit(lc.host_due(self.cluster, self.cfg, to, host, seen, self.alive_since))
         self.commit(jobmodel.place(self.cluster, self.cfg, to))
 
     def expect(self, iid: str, **kw: object) -> None:
@@ -56,6 +58,16 @@ class World:
                 **kw,  # type: ignore[arg-type]
             )
         )
+
+    def heartbeat(self, key: str) -> None:
+        self.seen[key] = self.now
+        self.commit(lc.heartbeat(self.cluster, self.now, self.cluster.hosts[key]))
+        self.tick(self.now)
+
+    def restart(self, at: float) -> None:
+        """The controller process starts again at `at`: what it knew of heartbeats is gone."""
+        self.now = self.alive_since = at
+        self.seen = {}
 
     def join(self, name: str, iid: str = "", **kw: object) -> str:
         req = lc.JoinRequest(name=name, instance_id=iid, **kw)  # type: ignore[arg-type]
@@ -250,7 +262,7 @@ def test_missed_heartbeats_past_grace_make_the_host_lost_and_requeue_jobs() -> N
     assert [h.key for h in lc.to_return(w.cluster)] == ["i-1"]
     w.commit(lc.heartbeat(w.cluster, 31.0, w.cluster.hosts["i-1"]))
     assert w.state("i-1") is HostState.OPEN
-    assert w.cluster.hosts["i-1"].reason == "heartbeat resumed after loss"
+    assert w.cluster.hosts["i-1"].reason == "heartbeat resumed after loss (open again)"
 
 
 def test_closed_host_takes_no_work_and_fifo_fills_free_slots() -> None:
