@@ -1,4 +1,4 @@
-"""The reference controller as a real process: REST flows, durability under kill -9, replay."""
+"""The reference controller as a real process: REST flows (faults: test_controller_faults.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 import requests
 
 from tests.integration.controller_proc import ControllerProcess
-from xce_controller.store import Store
 
 CONFIG = """\
 version: 1
@@ -164,48 +163,7 @@ def test_jobs_drain_and_to_return_through_xcecli(ctl: ControllerProcess) -> None
     assert "history:" in host.stdout and "returned" in host.stdout
 
 
-def test_kill_9_loses_nothing_acknowledged_and_replay_matches(tmp_path: Path) -> None:
-    ctl = ControllerProcess(tmp_path, CONFIG).start()
-    acked = []
-    for i in range(40):
-        r = post(ctl, "/v1/expected", {"instance_id": f"i-{i}", "template": "default"})
-        assert r.status_code == 201
-        acked.append(f"i-{i}")
-        if i % 10 == 0:
-            post(ctl, "/v1/join", {"host": f"n{i}", "instance_id": f"i-{i}"}, admin=False)
-    post(ctl, "/v1/jobs", {"command": ["true"]})
-    ctl.kill()
-    ctl.start()
-    try:
-        expected = {h["instance_id"] for h in get(ctl, "/v1/hosts", all="true").json()}
-        assert set(acked) <= expected
-        assert get(ctl, "/v1/jobs").json()[0]["id"] == 1
-    finally:
-        ctl.stop()
-    store = Store(ctl.db)
-    stored, _ = store.load()
-    replayed = store.replay()
-    assert stored.hosts == replayed.hosts and stored.jobs == replayed.jobs
-    assert stored.version == replayed.version == len(store.facts())
-    store.close()
-
-
-def test_restart_resumes_deadlines_from_stored_time(tmp_path: Path) -> None:
-    ctl = ControllerProcess(tmp_path, CONFIG).start()
-    post(ctl, "/v1/expected", {"instance_id": "i-1", "template": "default", "deadline_in": 1.5})
-    post(ctl, "/v1/join", {"host": "n2"}, admin=False)
-    ctl.kill()
-    time.sleep(3.5)  # both the join deadline and the loss grace pass while it is down
-    ctl.start()
-    try:
-        time.sleep(0.6)
-        hosts = {h["key"]: h["state"] for h in get(ctl, "/v1/hosts", all="true").json()}
-        assert hosts == {"i-1": "overdue", "host:n2": "lost"}
-    finally:
-        ctl.stop()
-
-
-def test_without_a_configured_admin_token_one_is_made_per_run(tmp_path: Path) -> None:
+def test_without_a_configured_admin_token_one_is_made_beside_the_database(tmp_path: Path) -> None:
     ctl = ControllerProcess(tmp_path, "version: 1\ntemplates:\n  default: {slots: 1}\n").start()
     try:
         token_file = Path(f"{ctl.db}.admin-token")
