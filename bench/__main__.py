@@ -29,7 +29,10 @@ def main() -> None:
         elif section == "controller":
             from bench import controller_load
 
-            print(controller_load.run(seconds=5 if args.quick else 20))
+            if args.quick:
+                print(controller_load.run(hosts=1000, seconds=10))
+            else:
+                print(controller_load.run())
         elif section == "simulator":
             from bench import simulator
 

@@ -1,157 +1,184 @@
-"""Controller load: joins per second and heartbeat latency, many hosts, one controller.
+"""Controller load, open loop: joins, heartbeats with watches held open, idle cost, memory.
 
-The controller runs as its own process (`xce-controller serve`) on loopback; clients are
-threads in this process, so both share the machine's 2 cores, as they would not in
-production: the figures are a floor.
+The controller runs as its own process (`xce-controller serve`) on loopback. The load
+generator (bench/loadgen.py) is this process: asyncio on raw sockets, one heartbeat and one
+watch connection per simulated host, each host heartbeating on its own schedule; latency is
+taken from the scheduled time. Both share the machine's cores, as they would not in
+production, and the generator's own lateness is printed so it can be told apart.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import random
+import asyncio
+import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
+from bench.loadgen import Fleet, Samples, window_p99, worst_window
 from bench.stats import percentile, table
 
+CONFIG = """\
+version: 1
+heartbeat_interval: 10s
+host_loss_grace: 300s
+unmatched_joins: accept
+templates:
+  default: {slots: 4}
+"""
 
-def start_controller(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+
+def start_controller(workdir: Path) -> tuple[subprocess.Popen[bytes], str, int]:
     port_file = workdir / "port"
     cluster = workdir / "cluster.yaml"
-    cluster.write_text(
-        "version: 1\nheartbeat_interval: 10s\nhost_loss_grace: 120s\n"
-        "templates:\n  default: {slots: 4}\n"
-    )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "xce_controller",
-            "serve",
-            "--db",
-            str(workdir / "db"),
-            "--config",
-            str(cluster),
-            "--listen",
-            "127.0.0.1:0",
-            "--port-file",
-            str(port_file),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
+    cluster.write_text(CONFIG)
+    argv = [sys.executable, "-m", "xce_controller", "serve", "--db", str(workdir / "db")]
+    argv += ["--config", str(cluster), "--listen", "127.0.0.1:0", "--port-file", str(port_file)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if port_file.exists() and port_file.read_text().strip():
-            url = f"http://127.0.0.1:{port_file.read_text().strip()}"
+            port = int(port_file.read_text().strip())
             try:
-                requests.get(url + "/v1/info", timeout=1)
-                return proc, url
+                requests.get(f"http://127.0.0.1:{port}/v1/info", timeout=1)
+                return proc, f"http://127.0.0.1:{port}", port
             except requests.ConnectionError:
                 pass
         time.sleep(0.05)
     raise SystemExit("bench: controller did not start")
 
 
-_local = threading.local()
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
 
 
-def session() -> requests.Session:
-    if not hasattr(_local, "session"):
-        _local.session = requests.Session()
-    s: requests.Session = _local.session
-    return s
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
-def join(url: str, i: int) -> float:
-    began = time.perf_counter()
-    r = session().post(
-        f"{url}/v1/join", json={"host": f"load{i:05d}", "instance_id": f"i-load-{i}"}, timeout=30
-    )
-    r.raise_for_status()
-    return time.perf_counter() - began
-
-
-def heartbeat(url: str, i: int) -> float:
-    began = time.perf_counter()
-    r = session().post(
-        f"{url}/v1/hosts/load{i:05d}/heartbeat",
-        json={
-            "agent_state": "running",
-            "components": [{"name": "worker", "state": "running", "pid": 100 + i}],
-        },
-        timeout=30,
-    )
-    r.raise_for_status()
-    return time.perf_counter() - began
-
-
-def run(hosts: int = 5000, interval: float = 10.0, seconds: float = 20.0) -> str:
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_controller(Path(tmp))
+def raise_fd_limit(wanted: int) -> int:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limit in (max(wanted, hard), hard):
         try:
-            with ThreadPoolExecutor(32) as pool:
-                began = time.perf_counter()
-                list(pool.map(lambda i: join(url, i), range(2000)))
-                joins_2000 = time.perf_counter() - began
-                list(pool.map(lambda i: join(url, i), range(2000, hosts)))
-                latencies = paced_heartbeats(pool, url, hosts, interval, seconds)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            return limit
+        except (ValueError, OSError):
+            continue
+    return soft
+
+
+@dataclass(frozen=True)
+class Result:
+    joins_first: float
+    joins_last: float
+    block: int
+    small: Samples
+    big: Samples
+    rss: float
+    idle: float
+
+
+def run(hosts: int = 10_000, seconds: float = 30.0, interval: float = 10.0) -> str:
+    limit = raise_fd_limit(2 * hosts + 2048)  # the controller inherits it
+    hosts = min(hosts, (limit - 1024) // 2)
+    half = hosts // 2
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, _, port = start_controller(Path(tmp))
+        try:
+            result = asyncio.run(_measure(proc.pid, port, half, hosts, interval, seconds))
         finally:
             proc.terminate()
             proc.wait()
+    return _render(result, half, hosts, interval, seconds)
+
+
+async def _measure(
+    pid: int, port: int, half: int, hosts: int, interval: float, seconds: float
+) -> Result:
+    fleet = Fleet("127.0.0.1", port)
+    began = time.perf_counter()
+    finished = await fleet.join_all(0, half)
+    finished += await fleet.join_all(half, hosts)
+    block = max(1, hosts // 5)
+    first = block / (finished[block - 1] - began)
+    last = block / (finished[-1] - finished[-block - 1])
+    fleet.start_watches(range(half))
+    await asyncio.sleep(2)
+    small = await fleet.heartbeats(range(half), interval, seconds, seed=1)
+    fleet.start_watches(range(half, hosts))
+    await asyncio.sleep(2)
+    rss_watched = rss_mb(pid)
+    big = await fleet.heartbeats(range(hosts), interval, seconds, seed=2)
+    await fleet.stop_watches()
+    fleet.close()
+    await asyncio.sleep(2)
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    await asyncio.sleep(10)
+    idle = (cpu_seconds(pid) - cpu0) / (time.perf_counter() - t0)
+    return Result(first, last, block, small, big, rss_watched, idle)
+
+
+def _latency_rows(label: str, s: Samples, p99_target: str, window_target: str) -> list[list[str]]:
     ms = "{:.1f} ms".format
-    rows = [
-        ["2,000 joins", f"{joins_2000:.1f} s ({2000 / joins_2000:,.0f}/s)", "< 60 s"],
+    lat = [x * 1000 for x in s.latency]
+    lag = [x * 1000 for x in s.send_lag]
+    return [
+        [f"{label}: heartbeats", f"{len(lat):,} ({s.errors} errors)", "", ""],
         [
-            f"heartbeat p50 ({hosts} hosts, {interval:g} s interval)",
-            ms(percentile(latencies, 50) * 1000),
+            f"{label}: p50 / p99 from schedule",
+            f"{ms(percentile(lat, 50))} / {ms(percentile(lat, 99))}",
+            p99_target,
             "",
         ],
-        ["heartbeat p99", ms(percentile(latencies, 99) * 1000), "< 100 ms"],
-        ["heartbeats sent", f"{len(latencies):,} in {seconds:g} s", ""],
+        [
+            f"{label}: p99.9 / max",
+            f"{ms(percentile(lat, 99.9))} / {ms(max(lat, default=0))}",
+            "",
+            "",
+        ],
+        [
+            f"{label}: worst 1-s window p99 / max",
+            f"{ms(window_p99(s) * 1000)} / {ms(worst_window(s) * 1000)}",
+            window_target,
+            "",
+        ],
+        [
+            f"{label}: generator send lag p99",
+            ms(percentile(lag, 99)),
+            "",
+            "the client's own lateness",
+        ],
     ]
-    return table(
-        f"Controller load, {time.strftime('%Y-%m-%d')}", ["measure", "figure", "target"], rows
+
+
+def _render(r: Result, half: int, hosts: int, interval: float, seconds: float) -> str:
+    first, last, block = r.joins_first, r.joins_last, r.block
+    rows = [
+        [f"joins/s, first {block:,} of {hosts:,}", f"{first:,.0f}/s", "", ""],
+        [f"joins/s, last {block:,}", f"{last:,.0f}/s ({last / first:.0%} of first)", ">= 80 %", ""],
+        *_latency_rows(f"{half:,} hosts", r.small, "p99 < 50 ms", "< 100 ms"),
+        *_latency_rows(f"{hosts:,} hosts", r.big, "p99 < 100 ms", ""),
+        [f"controller RSS, {hosts:,} hosts, watches open", f"{r.rss:.0f} MB", "", ""],
+        [
+            f"controller idle CPU, {hosts:,} hosts",
+            f"{r.idle * 100:.2f} % of a core",
+            "near 0",
+            "no traffic, 10 s",
+        ],
+    ]
+    title = (
+        f"Controller load (open loop, every {interval:g} s per host, watches open, "
+        f"{seconds:g} s per phase), {time.strftime('%Y-%m-%d')}"
     )
-
-
-def paced_heartbeats(
-    pool: ThreadPoolExecutor, url: str, hosts: int, interval: float, seconds: float
-) -> list[float]:
-    """Each host heartbeats once per interval at a random phase, for `seconds`.
-
-    The hosts are split over client processes, each sending its share in time order on one
-    keep-alive connection, so client-side GIL contention does not pass for server latency.
-    """
-    procs = 4
-    with multiprocessing.get_context("fork").Pool(procs) as mp:
-        parts = mp.starmap(
-            _client, [(url, range(k, hosts, procs), interval, seconds, k) for k in range(procs)]
-        )
-    return [x for part in parts for x in part]
-
-
-def _client(url: str, hosts: range, interval: float, seconds: float, seed: int) -> list[float]:
-    rng = random.Random(seed)
-    schedule = sorted(
-        (rng.uniform(0, interval) + k * interval, i)
-        for i in hosts
-        for k in range(int(seconds / interval) + 1)
-    )
-    start = time.perf_counter()
-    latencies = []
-    for at, i in schedule:
-        if at >= seconds:
-            break
-        delay = start + at - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        latencies.append(heartbeat(url, i))
-    return latencies
+    return table(title, ["measure", "figure", "target", "note"], rows)

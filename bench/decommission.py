@@ -1,9 +1,11 @@
-"""Decommission latency: the controller recording a decommission -> the worker's SIGTERM.
+"""Decommission latency: the admin's decommission request -> the worker's SIGTERM.
 
-Each run starts a real agent process for a fresh instance against an embedded controller on
-loopback; the worker stamps CLOCK_MONOTONIC when SIGTERM arrives, the controller side stamps
-when the decommission fact is durable. The peer is what heartbeat-only detection would give:
-half the heartbeat interval on average.
+Each run starts a real agent process for a fresh idle instance against an embedded controller
+on loopback; the worker stamps CLOCK_MONOTONIC when SIGTERM arrives. The clock starts when the
+admin request (what `xcecli decommission` sends) leaves, so the controller's whole share (its
+decision, the fsync, waking the watch) is inside the figure; the time from the durable fact
+is printed too. The peer is what heartbeat-only detection would give: half the heartbeat
+interval on average.
 """
 
 from __future__ import annotations
@@ -57,23 +59,24 @@ def run(runs: int = 50) -> str:
 
         ec.controller.store.commit = commit  # type: ignore[method-assign,assignment]
         try:
-            latencies = [
-                one_run(ec.url, ec.admin_headers, workdir, i, recorded) for i in range(runs)
-            ]
+            pairs = [one_run(ec.url, ec.admin_headers, workdir, i, recorded) for i in range(runs)]
         finally:
             ec.stop()
+    latencies = [a for a, _ in pairs]
+    durable = [d for _, d in pairs]
     peer = cfg.heartbeat_interval / 2 * 1000
     ms = "{:.1f} ms".format
     rows = [
         [
-            f"decommission -> SIGTERM p50 ({runs} runs)",
+            f"admin request -> SIGTERM p50 ({runs} runs)",
             ms(percentile(latencies, 50)),
             ms(peer),
             f"{peer / percentile(latencies, 50):,.0f}x",
-            "<= 50 ms",
+            "< 20 ms",
         ],
-        ["decommission -> SIGTERM p95", ms(percentile(latencies, 95)), ms(peer * 1.9), "", ""],
-        ["decommission -> SIGTERM max", ms(max(latencies)), ms(peer * 2), "", ""],
+        ["admin request -> SIGTERM p95", ms(percentile(latencies, 95)), ms(peer * 1.9), "", ""],
+        ["admin request -> SIGTERM max", ms(max(latencies)), ms(peer * 2), "", ""],
+        ["durable fact -> SIGTERM p50", ms(percentile(durable, 50)), "", "", ""],
     ]
     header = ["measure", "watch (xce-agent)", "heartbeat-only (10 s)", "ratio", "target"]
     return table(f"Decommission latency, {time.strftime('%Y-%m-%d')}", header, rows)
@@ -81,7 +84,7 @@ def run(runs: int = 50) -> str:
 
 def one_run(
     url: str, admin: dict[str, str], workdir: Path, index: int, recorded: dict[str, float]
-) -> float:
+) -> tuple[float, float]:
     instance, host = f"i-bench-{index}", f"bench{index}"
     run_dir = workdir / host
     run_dir.mkdir()
@@ -113,10 +116,11 @@ def one_run(
             )
         )
         time.sleep(0.3)  # the worker installs its handler; the agent's watch is waiting
+        began = time.monotonic()
         requests.post(f"{url}/v1/hosts/{host}/decommission", json={}, headers=admin, timeout=10)
-        wait(stamp.exists)
-        time.sleep(0.05)
-        return (float(stamp.read_text()) - recorded[instance]) * 1000
+        wait(lambda: stamp.exists() and stamp.read_text())
+        at = float(stamp.read_text())
+        return (at - began) * 1000, (at - recorded[instance]) * 1000
     finally:
         agent.send_signal(signal.SIGUSR2)
         agent.wait(timeout=20)

@@ -1,0 +1,182 @@
+"""An open-loop HTTP/1.1 load generator on raw asyncio streams: simulated hosts of the
+controller, each with its own connections, requests sent on schedule.
+
+Latency is measured from the time a request was due, not from when it was sent: a stalled
+server delays the requests queued behind it, and those delays are counted (no coordinated
+omission). The lateness of the generator itself is kept apart, so a reader can tell a slow
+server from a slow client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection; requests on it go one after another."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        data = b"" if body is None else json.dumps(body).encode()
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + data)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        for line in lines[1:]:
+            if line[:15].lower() == "content-length:":
+                length = int(line[15:])
+        payload = await self.reader.readexactly(length) if length else b""
+        return status, json.loads(payload) if payload else None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+@dataclass
+class Samples:
+    """Latencies from the due time, with the due time (for per-second windows)."""
+
+    due: list[float] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
+    send_lag: list[float] = field(default_factory=list)  # the generator's own lateness
+    errors: int = 0
+
+
+class Fleet:
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.beats: dict[int, Conn] = {}
+        self.watches: dict[int, Conn] = {}
+        self.versions: dict[int, int] = {}
+        self.watching = False
+        self.watch_tasks: list[asyncio.Task[None]] = []
+
+    def name(self, i: int) -> str:
+        return f"load{i:05d}"
+
+    async def join_all(self, first: int, last: int, concurrency: int = 32) -> list[float]:
+        """Join hosts first..last-1, `concurrency` at a time; the finish time of each."""
+        done: list[float] = []
+        queue = iter(range(first, last))
+
+        async def worker() -> None:
+            for i in queue:
+                conn = self.beats.setdefault(i, Conn(self.host, self.port))
+                body = {"host": self.name(i), "instance_id": f"i-load-{i}"}
+                status, answer = await conn.request("POST", "/v1/join", body)
+                if status != 200:
+                    raise SystemExit(f"bench: join {i} answered {status}: {answer}")
+                self.versions[i] = int(answer["version"])
+                done.append(time.perf_counter())
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done
+
+    def start_watches(self, hosts: range) -> None:
+        self.watching = True
+        for i in hosts:
+            if i not in self.watches:
+                self.watches[i] = Conn(self.host, self.port)
+                self.watch_tasks.append(asyncio.ensure_future(self._watch(i)))
+
+    async def _watch(self, i: int) -> None:
+        conn = self.watches[i]
+        while self.watching:
+            path = f"/v1/hosts/{self.name(i)}/watch?since={self.versions.get(i, 0)}&timeout=30"
+            try:
+                status, answer = await conn.request("GET", path)
+            except (OSError, asyncio.IncompleteReadError):
+                return
+            if status == 200:
+                self.versions[i] = int(answer["version"])
+
+    async def stop_watches(self) -> None:
+        self.watching = False
+        for conn in self.watches.values():
+            conn.close()
+        for task in self.watch_tasks:
+            task.cancel()
+        await asyncio.gather(*self.watch_tasks, return_exceptions=True)
+        self.watches.clear()
+        self.watch_tasks.clear()
+
+    async def heartbeats(self, hosts: range, interval: float, seconds: float, seed: int) -> Samples:
+        """Each host heartbeats every `interval` at a random phase, for `seconds`."""
+        rng = random.Random(seed)
+        samples = Samples()
+        start = time.perf_counter() + 0.5
+        body = {
+            "agent_state": "running",
+            "components": [{"name": "worker", "state": "running", "pid": 4242}],
+        }
+
+        async def host(i: int, phase: float) -> None:
+            conn = self.beats.setdefault(i, Conn(self.host, self.port))
+            due = start + phase
+            while due < start + seconds:
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sent = time.perf_counter()
+                try:
+                    status, _ = await conn.request(
+                        "POST", f"/v1/hosts/{self.name(i)}/heartbeat", body
+                    )
+                except (OSError, asyncio.IncompleteReadError):
+                    status = 0
+                    conn.close()
+                end = time.perf_counter()
+                if status != 200:
+                    samples.errors += 1
+                samples.due.append(due - start)
+                samples.latency.append(end - due)
+                samples.send_lag.append(sent - due)
+                due += interval
+
+        await asyncio.gather(*(host(i, rng.uniform(0, interval)) for i in hosts))
+        return samples
+
+    def close(self) -> None:
+        for conn in self.beats.values():
+            conn.close()
+        self.beats.clear()
+
+
+def worst_window(samples: Samples, width: float = 1.0) -> float:
+    """The slowest request of the worst one-second window of due times."""
+    windows: dict[int, float] = {}
+    for due, latency in zip(samples.due, samples.latency):
+        slot = int(due // width)
+        windows[slot] = max(windows.get(slot, 0.0), latency)
+    return max(windows.values(), default=float("nan"))
+
+
+def window_p99(samples: Samples, width: float = 1.0) -> float:
+    """The worst per-second p99: a stall shows even when the whole run's p99 hides it."""
+    windows: dict[int, list[float]] = {}
+    for due, latency in zip(samples.due, samples.latency):
+        windows.setdefault(int(due // width), []).append(latency)
+    worst = 0.0
+    for values in windows.values():
+        values.sort()
+        worst = max(worst, values[min(len(values) - 1, round(0.99 * (len(values) - 1)))])
+    return worst
