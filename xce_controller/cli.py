@@ -136,17 +136,31 @@ def openapi() -> None:
 
 @main.command()
 @click.argument("scenario", type=click.Path(path_type=Path))
-@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write the timeline.")
-def simulate(scenario: Path, csv_path: Path | None) -> None:
-    """Drive the lifecycle in virtual time and print a summary."""
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write every fact.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    help="Draw hosts by state and jobs by outcome over virtual time (PNG; needs matplotlib).",
+)
+def simulate(scenario: Path, csv_path: Path | None, plot_path: Path | None) -> None:
+    """Drive the lifecycle in virtual time and print a summary table."""
     from xce_controller.scenario import load_scenario
+    from xce_controller.sim_report import plot
     from xce_controller.simulate import run_scenario
 
     try:
         spec = load_scenario(scenario)
+        if plot_path is not None:
+            import importlib.util
+
+            if importlib.util.find_spec("matplotlib") is None:
+                raise ConfigError([f"--plot {plot_path}: expected matplotlib installed, got none"])
+        summary = run_scenario(spec, csv_path)
+        if plot_path is not None:
+            plot(summary, plot_path)
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(f"xce-controller: {problem}", err=True)
         sys.exit(EX_CONFIG)
-    summary = run_scenario(spec, csv_path)
     click.echo(summary.render())

@@ -6,7 +6,6 @@ state the controller had when it wrote them.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from xce_controller.model import (
@@ -19,6 +18,7 @@ from xce_controller.model import (
     HostState,
     Job,
     JobState,
+    evolve,
 )
 
 
@@ -32,7 +32,7 @@ def apply(cluster: Cluster, fact: Fact) -> set[str]:
 
 def _with_state(host: Host, state: HostState, fact: Fact, why: str) -> Host:
     change = Change(fact.at, state.value, fact.by, why)
-    return replace(host, state=state, reason=why, history=(*host.history, change))
+    return evolve(host, state=state, reason=why, history=(*host.history, change))
 
 
 def _expected(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
@@ -57,7 +57,7 @@ def _expected(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
 def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
     base = cluster.hosts.get(key) or Host(key=key, state=HostState.OPEN, template=d["template"])
-    host = replace(
+    host = evolve(
         base,
         name=d["name"],
         instance_id=d.get("instance_id", base.instance_id),
@@ -83,7 +83,7 @@ def _rejoined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
     host = cluster.hosts[key]
     cluster.put_host(
-        replace(host, boot_id=d.get("boot_id", ""), addresses=tuple(d.get("addresses", ())))
+        evolve(host, boot_id=d.get("boot_id", ""), addresses=tuple(d.get("addresses", ())))
     )
     return {key}
 
@@ -94,11 +94,11 @@ def _state(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     host = cluster.hosts[key]
     if state is HostState.LOST:
         # Remember what it was doing: a lost draining host still owes its decommission.
-        host = replace(host, before_loss=host.state.value)
+        host = evolve(host, before_loss=host.state.value)
     else:
-        host = replace(host, before_loss="")
+        host = evolve(host, before_loss="")
         if state is not HostState.DRAINING:
-            host = replace(host, drain=None)
+            host = evolve(host, drain=None)
     cluster.put_host(_with_state(host, state, fact, d.get("why", "")))
     return {key}
 
@@ -106,7 +106,7 @@ def _state(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
 def _drain(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
     drain = Drain(fact.at, d["timeout"], DrainPolicy(d["policy"]), fact.by, d.get("why", ""))
-    host = replace(cluster.hosts[key], drain=drain)
+    host = evolve(cluster.hosts[key], drain=drain)
     why = f"decommission requested: {drain.why}" if drain.why else "decommission requested"
     cluster.put_host(_with_state(host, HostState.DRAINING, fact, why))
     return {key}
@@ -129,7 +129,7 @@ def _job_submitted(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
 def _job_update(cluster: Cluster, job_id: int, **changes: Any) -> set[str]:
     job = cluster.jobs[job_id]
     touched = {job.assigned} if job.assigned else set()
-    cluster.put_job(new := replace(job, **changes))
+    cluster.put_job(new := evolve(job, **changes))
     if new.assigned:
         touched.add(new.assigned)
     return touched
@@ -153,7 +153,7 @@ def _job_requeued(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     job = cluster.jobs[d["id"]]
     touched = {job.assigned} if job.assigned else set()
     cluster.put_job(
-        replace(
+        evolve(
             job,
             state=JobState.PENDING,
             assigned="",
@@ -172,7 +172,7 @@ def _job_killed(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
 
 
 def _job_waiting(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
-    cluster.put_job(replace(cluster.jobs[d["id"]], note=d.get("why", "")))
+    cluster.put_job(evolve(cluster.jobs[d["id"]], note=d.get("why", "")))
     return set()
 
 

@@ -9,6 +9,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from xce_controller.config import ClusterConfig, load_cluster_config
 from xce_protocol.errors import ConfigError
@@ -54,6 +55,13 @@ class Scenario:
     job_duration: Dist
     return_delay: float
     cluster: ClusterConfig = field(repr=False, default_factory=lambda: load_cluster_config(None))
+    restarts: int = 0  # controller restarts, evenly spread over the run
+    downtime: float = 0.0  # how long each restart leaves the controller down
+    return_share: float = 0.0  # share of lost hosts that come back (a partition, a hang)
+    return_after: Dist = field(default_factory=lambda: Dist("fixed", 600.0))
+    notices_per_hour: float = 0.0  # spot interruption notices per host-hour
+    notice_lead: float = 120.0  # how long before the instance goes the notice comes
+    stuck_after: float = 3600.0  # a host in one state longer than this is reported
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -78,6 +86,10 @@ def load_scenario(path: Path) -> Scenario:
             "reclaims",
             "jobs",
             "return_delay",
+            "restarts",
+            "returns_after_loss",
+            "spot_notices",
+            "stuck_after",
         ),
     )
     c.integer(doc, "version", "", required=True, minimum=1, maximum=1)
@@ -103,6 +115,7 @@ def load_scenario(path: Path) -> Scenario:
     per_host = c.integer(jobs, "per_host", "jobs", default=1, minimum=0)
     job_duration = _dist(jobs, "duration", "jobs", c, Dist("exponential", 1800.0))
     return_delay = c.duration(doc, "return_delay", "", default=60.0)
+    faults = _faults(doc, c)
     cluster = None
     try:
         cluster = load_cluster_config(Path(cluster_path) if cluster_path else None)
@@ -125,6 +138,7 @@ def load_scenario(path: Path) -> Scenario:
         job_duration,
         return_delay,
         cluster,
+        faults,
     )
     if c.problems or any(v is None for v in values):
         raise ConfigError(c.problems)
@@ -149,7 +163,44 @@ def load_scenario(path: Path) -> Scenario:
         job_duration or Dist(),
         float(return_delay or 0),
         cluster,
+        **(faults or {}),
     )
+
+
+def _faults(doc: LineDict, c: Checker) -> dict[str, Any] | None:
+    """Controller restarts, hosts back after loss, spot notices, the stuck bound."""
+    out: dict[str, Any] = {}
+    for key, keys in (
+        ("restarts", ("count", "downtime")),
+        ("returns_after_loss", ("share", "after")),
+        ("spot_notices", ("per_host_hour", "lead")),
+    ):
+        if key in doc:
+            node = c.mapping(doc, key, "")
+            if node is not None:
+                c.allowed_keys(node, key, keys)
+    restarts = c.mapping(doc, "restarts", "", required=False) or LineDict()
+    back = c.mapping(doc, "returns_after_loss", "", required=False) or LineDict()
+    notices = c.mapping(doc, "spot_notices", "", required=False) or LineDict()
+    values = {
+        "restarts": c.integer(restarts, "count", "restarts", default=0, minimum=0, maximum=1000),
+        "downtime": c.duration(restarts, "downtime", "restarts", default=300.0),
+        "return_share": c.number(
+            back, "share", "returns_after_loss", default=0.0, minimum=0.0, maximum=1.0
+        ),
+        "return_after": _dist(back, "after", "returns_after_loss", c, Dist("fixed", 600.0)),
+        "notices_per_hour": c.number(
+            notices, "per_host_hour", "spot_notices", default=0.0, minimum=0.0, maximum=1.0
+        ),
+        "notice_lead": c.duration(notices, "lead", "spot_notices", default=120.0),
+        "stuck_after": c.duration(doc, "stuck_after", "", default=3600.0, positive=True),
+    }
+    if any(v is None for v in values.values()):
+        return None
+    for key, value in values.items():
+        out[key] = value if isinstance(value, Dist) else float(value)  # type: ignore[arg-type]
+    out["restarts"] = int(out["restarts"])
+    return out
 
 
 def _dist(node: LineDict, key: str, path: str, c: Checker, default: Dist) -> Dist | None:

@@ -1,8 +1,13 @@
-"""`xce-controller simulate`: the live lifecycle functions driven in virtual time.
+"""`xce-controller simulate`: the live lifecycle functions driven in virtual time, with faults.
 
-Hosts are expected, join after a drawn delay (or never), run jobs, are lost to spot
-reclaims or decommissioned by the provisioner with a drain, and are returned. Heartbeats are
-not simulated one by one: a live host is "seen now", a lost host was last seen when it died.
+Hosts are expected, join after a drawn delay (or never), run jobs, get spot interruption
+notices, are lost (some come back: a partition, a hang), are reclaimed with a drain, and are
+returned; the controller itself restarts. The simulation keeps two views apart: what is true
+(a host is silent since some time, or not) and what the controller knows (the last time it
+heard from a host; nothing at all for a while after its own restart). Every decision is the
+live controller's: lifecycle.host_due, join, heartbeat, control, the same facts applied.
+Heartbeats are not simulated one by one: a live host is heard "now", except in the first
+interval after a controller restart, before its first beat reaches the new process.
 """
 
 from __future__ import annotations
@@ -12,47 +17,20 @@ import functools
 import heapq
 import itertools
 import random
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.facts import apply
-from xce_controller.model import Cluster, Fact, Host, HostState, JobState
+from xce_controller.model import JOINED, Cluster, Fact, HostState, JobState
 from xce_controller.scenario import Scenario
+from xce_controller.sim_report import Series, Stuck, Summary
 
-
-@dataclass
-class Summary:
-    hosts: int
-    counts: dict[str, int]
-    drains: list[float]
-    jobs: dict[str, int]
-    requeued: int
-    facts: int
-    virtual_seconds: float
-
-    def render(self) -> str:
-        drains = sorted(self.drains)
-
-        def pct(p: float) -> str:
-            if not drains:
-                return "-"
-            return f"{drains[min(len(drains) - 1, round(p / 100 * (len(drains) - 1)))]:.0f}s"
-
-        states = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-        jobs = ", ".join(f"{k} {v}" for k, v in sorted(self.jobs.items()))
-        return "\n".join(
-            [
-                f"simulated {self.hosts} hosts over {self.virtual_seconds / 3600:.1f} "
-                f"virtual hours ({self.facts} facts)",
-                f"hosts by final state: {states}",
-                f"drain duration: p50 {pct(50)}, p95 {pct(95)} over {len(drains)} drains",
-                f"jobs by final state: {jobs}; requeued {self.requeued} times",
-            ]
-        )
+HOST_FACTS = ("expected", "joined", "rejoined", "state", "drain")
+SAMPLES = 288  # plot points over the run
 
 
 class Simulation:
@@ -64,50 +42,140 @@ class Simulation:
         self.now = 0.0
         self.queue: list[tuple[float, int, Callable[[], None]]] = []
         self.seq = itertools.count()
-        self.dead_at: dict[str, float] = {}
+        self.timeline = timeline
+        # What is true: hosts silent since a time (dead, or partitioned and coming back).
+        self.silent: dict[str, float] = {}
+        self.coming_back: set[str] = set()
+        # What the controller knows, and whether it is running.
+        self.up = True
+        self.alive_since = 0.0
+        self.went_down = 0.0
+        self.first_beat: dict[str, float] = {}  # after a restart: when each host is heard
+        self.deferred: list[Callable[[], None]] = []
+        self.due: dict[str, float] = {}
+        # What happened.
+        self.facts = 0
+        self.states: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.missed: Counter[str] = Counter()
         self.drain_started: dict[str, float] = {}
         self.drains: list[float] = []
-        self.requeued = 0
-        self.facts = 0
-        self.timeline = timeline
+        self.asked: set[str] = set()  # hosts with a decommission requested
+        self.forgotten = 0
+        self.lost_alive = 0
+        self.restarts = 0
+        self.series = Series()
 
+    # --- the event queue and the controller's availability ------------------------------
     def at(self, when: float, action: Callable[[], None]) -> None:
         heapq.heappush(self.queue, (when, next(self.seq), action))
 
-    def commit(self, facts: list[Fact]) -> None:
-        for fact in facts:
-            for key in apply(self.cluster, fact):
-                self._observe(key, fact)
-            self.facts += 1
-            if fact.kind == "job_requeued":
-                self.requeued += 1
-                self.at(self.now, functools.partial(self._rehome, int(fact.data["id"])))
-            if self.timeline:
-                self.timeline(self.now, fact)
+    def ctl(self, action: Callable[[], None]) -> None:
+        """Something that needs the controller: done now, or when it is back (agents and the
+        provisioner retry)."""
+        if self.up:
+            action()
+        else:
+            self.deferred.append(action)
 
-    def _observe(self, key: str, fact: Fact) -> None:
+    # --- applying the lifecycle's facts, as the live controller does --------------------
+    def commit(self, facts: list[Fact]) -> None:
+        while facts:
+            touched: set[str] = set()
+            for fact in facts:
+                key = fact.data.get("key", fact.data.get("instance_id", ""))
+                host_fact = fact.kind in HOST_FACTS
+                before = self.cluster.hosts.get(key) if host_fact else None
+                if fact.kind == "job_requeued":
+                    self._requeued(fact)
+                touched |= apply(self.cluster, fact)
+                self.facts += 1
+                if host_fact:
+                    self._observe(key, before.state if before else None, fact)
+                elif fact.kind in ("job_finished", "job_killed"):
+                    job = self.cluster.jobs.pop(int(fact.data["id"]))  # keep only live jobs
+                    self.outcomes[job.state.value] += 1
+                if self.timeline:
+                    self.timeline(self.now, fact)
+            facts = []
+            for key in touched:
+                facts += self._host_due(key)
+            for key in touched:
+                self._schedule(key)
+
+    def _host_due(self, key: str) -> list[Fact]:
         host = self.cluster.hosts[key]
+        return lc.host_due(
+            self.cluster, self.cfg, self.now, host, self.heard(key), self.alive_since
+        )
+
+    def heard(self, key: str) -> float:
+        """The last time the controller heard from the host."""
+        heard = self.silent.get(key, self.now)
+        first = self.first_beat.get(key)
+        if first is not None and self.now < first:
+            heard = min(heard, self.went_down)
+        return heard
+
+    def _schedule(self, key: str) -> None:
+        """The host's next due time, as the live controller's timers keep it; a host that is
+        heard from needs no loss timer here (it would only be pushed on)."""
+        host = self.cluster.hosts[key]
+        due = None
+        if host.state is HostState.EXPECTED:
+            due = lc.join_deadline(host, self.cfg, self.alive_since)
+        elif host.state in JOINED:
+            if key in self.silent or self.first_beat.get(key, -1.0) > self.now:
+                due = lc.next_due(host, self.cfg, self.heard(key), self.alive_since)
+            elif host.drain is not None and host.drain.deadline is not None:
+                due = host.drain.deadline
+        if due is not None and self.due.get(key) != due:
+            self.due[key] = due
+            self.at(due, functools.partial(self._check, key, due))
+
+    def _check(self, key: str, due: float) -> None:
+        if self.due.get(key) != due:
+            return  # superseded
+        del self.due[key]
+        if self.up:
+            self.commit(self._host_due(key))
+            self._schedule(key)
+
+    def _observe(self, key: str, before: HostState | None, fact: Fact) -> None:
+        host = self.cluster.hosts[key]
+        state = host.state
+        if before is not state:
+            if before is not None:
+                self.states[before.value] -= 1
+            self.states[state.value] += 1
         if fact.kind == "drain":
             self.drain_started[key] = self.now
-        if fact.kind == "state" and host.state in (
-            HostState.DECOMMISSIONED,
-            HostState.LOST,
-            HostState.OVERDUE,
-        ):
-            if key in self.drain_started and host.state is HostState.DECOMMISSIONED:
+            self.asked.add(key)
+        if state is HostState.OPEN and key in self.asked:
+            self.forgotten += 1  # a decommission requested, and the host takes work again
+            self.asked.discard(key)
+        if before is state:
+            return
+        if state is HostState.LOST and key not in self.silent:
+            self.lost_alive += 1  # it was only silent to the controller: it beats again
+            self.at(self.first_beat.get(key, self.now), functools.partial(self._beat, key))
+        if state is HostState.DECOMMISSIONED:
+            self.asked.discard(key)
+            if key in self.drain_started:
                 self.drains.append(self.now - self.drain_started.pop(key))
-            self.at(self.now + self.spec.return_delay, lambda: self._return(key))
+        if lc.returnable(host):
+            self.at(self.now + self.spec.return_delay, functools.partial(self._return, key))
 
-    def seen(self, key: str) -> float:
-        return self.dead_at.get(key, self.now)
+    def _requeued(self, fact: Fact) -> None:
+        job = self.cluster.jobs[int(fact.data["id"])]
+        self.outcomes["requeued"] += 1
+        lost = job.assigned
+        by_loss = job.state is JobState.RUNNING and "lost" in str(fact.data.get("why", ""))
+        if by_loss and (lost not in self.silent or lost in self.coming_back):
+            self.outcomes["run twice"] += 1  # its first run goes on where it was
+        self.at(self.now, functools.partial(self._rehome, job.id))
 
-    def check(self, key: str) -> None:
-        host = self.cluster.hosts[key]
-        self.commit(lc.host_due(self.cluster, self.cfg, self.now, host, self.seen(key)))
-        due = lc.next_due(self.cluster.hosts[key], self.cfg, self.seen(key))
-        if due is not None and due > self.now and key in self.dead_at:
-            self.at(due, lambda: self.check(key))
-
+    # --- the run -------------------------------------------------------------------------
     def run(self) -> Summary:
         spec = self.spec
         for i in range(spec.hosts):
@@ -123,19 +191,51 @@ class Simulation:
                     expected_name=f"node{i:06d}",
                 )
             )
-            deadline = self.cluster.hosts[key].deadline or 0.0
-            self.at(deadline, functools.partial(self.check, key))
             if self.rng.random() >= spec.never_join:
                 self.at(spec.join_delay.draw(self.rng), functools.partial(self._join, key, i))
         for _ in range(spec.reclaims):
-            when = self.rng.uniform(*spec.reclaim_window)
-            self.at(when, self._reclaim)
+            self.at(self.rng.uniform(*spec.reclaim_window), lambda: self.ctl(self._reclaim))
+        for k in range(spec.restarts):
+            self.at(spec.duration * (k + 1) / (spec.restarts + 1), self._go_down)
+        for k in range(SAMPLES + 1):
+            self.at(spec.duration * k / SAMPLES, self._sample)
         while self.queue and self.queue[0][0] <= spec.duration:
             self.now, _, action = heapq.heappop(self.queue)
             action()
         return self._summary()
 
+    def _sample(self) -> None:
+        self.series.sample(self.now, dict(self.states), dict(self.outcomes))
+
+    def _go_down(self) -> None:
+        self.up = False
+        self.went_down = self.now
+        self.restarts += 1
+        self.at(self.now + self.spec.downtime, self._come_up)
+
+    def _come_up(self) -> None:
+        """A new controller process: it knows what is stored, not when it last heard hosts."""
+        self.up = True
+        self.alive_since = self.now
+        interval = self.cfg.heartbeat_interval
+        self.first_beat = {
+            key: self.now + self.rng.uniform(0, interval)
+            for key, host in self.cluster.hosts.items()
+            if host.state in JOINED or host.state is HostState.LOST
+        }
+        deferred, self.deferred = self.deferred, []
+        for action in deferred:
+            action()
+        for key in list(self.cluster.hosts):  # every timer of the new process, due or not
+            self.due.pop(key, None)
+            self.commit(self._host_due(key))
+            self._schedule(key)
+
+    # --- hosts ---------------------------------------------------------------------------
     def _join(self, key: str, index: int) -> None:
+        if not self.up:
+            self.deferred.append(functools.partial(self._join, key, index))
+            return
         if self.cluster.hosts[key].state is not HostState.EXPECTED:
             return  # overdue already: the provisioner is returning it
         req = lc.JoinRequest(name=f"node{index:06d}", instance_id=key)
@@ -145,97 +245,180 @@ class Simulation:
             self._run_job(key)
         if self.spec.spot_loss_per_hour > 0:
             life = self.rng.expovariate(self.spec.spot_loss_per_hour / 3600)
-            self.at(self.now + life, lambda: self._lose(key))
-
-    def _run_job(self, key: str) -> None:
-        job_id = self.cluster.next_job
-        name = self.cluster.hosts[key].name
-        self.commit(jobmodel.submit(self.cluster, self.now, "sim", ["job"], 1, host=name))
-        self.commit(
-            [
-                Fact("job_assigned", self.now, "controller", {"id": job_id, "key": key}),
-                Fact("job_started", self.now, name, {"id": job_id}),
-            ]
-        )
-        self.at(self.now + self.spec.job_duration.draw(self.rng), lambda: self._finish(job_id))
-
-    def _finish(self, job_id: int) -> None:
-        job = self.cluster.jobs[job_id]
-        if job.state is not JobState.RUNNING or job.assigned in self.dead_at:
-            return
-        self.commit([Fact("job_finished", self.now, "worker", {"id": job_id, "exit_code": 0})])
-        self.check(job.assigned)
-        if self.cluster.hosts[job.assigned].state is HostState.OPEN:
-            self._run_job(job.assigned)  # the queue keeps every open host busy
+            self.at(self.now + life, functools.partial(self._lose, key))
+        if self.spec.notices_per_hour > 0:
+            life = self.rng.expovariate(self.spec.notices_per_hour / 3600)
+            self.at(self.now + life, functools.partial(self._notice, key))
 
     def _lose(self, key: str) -> None:
-        if self.cluster.hosts[key].state in (HostState.OPEN, HostState.CLOSED, HostState.DRAINING):
-            self.dead_at[key] = self.now
-            self.at(self.now + self.cfg.host_loss_grace + 0.001, lambda: self.check(key))
-
-    def _random_open_host(self) -> Host | None:
-        """A random live open host, by sampling rather than scanning all of them."""
-        for _ in range(64):
-            candidate = self.cluster.hosts[f"i-{self.rng.randrange(self.spec.hosts):06d}"]
-            if candidate.state is HostState.OPEN and candidate.key not in self.dead_at:
-                return candidate
-        return None
-
-    def _rehome(self, job_id: int) -> None:
-        """A requeued job goes back to the queue and runs on another open host."""
-        job = self.cluster.jobs[job_id]
-        host = self._random_open_host()
-        if job.state is not JobState.PENDING or host is None:
+        if self.cluster.hosts[key].state not in JOINED or key in self.silent:
             return
-        self.commit(
-            [
-                Fact("job_assigned", self.now, "controller", {"id": job_id, "key": host.key}),
-                Fact("job_started", self.now, host.name, {"id": job_id}),
-            ]
-        )
-        self.at(self.now + self.spec.job_duration.draw(self.rng), lambda: self._finish(job_id))
+        self.silent[key] = self.now
+        if self.rng.random() < self.spec.return_share:
+            self.coming_back.add(key)
+            back = self.now + self.spec.return_after.draw(self.rng)
+            self.at(back, functools.partial(self._come_back, key))
+        if self.up:
+            self._schedule(key)
+
+    def _come_back(self, key: str) -> None:
+        if key not in self.coming_back:
+            return  # returned to the provider meanwhile
+        self.coming_back.discard(key)
+        del self.silent[key]
+        self.ctl(functools.partial(self._beat, key))
+
+    def _beat(self, key: str) -> None:
+        """A heartbeat the controller acts on: a lost host is heard again."""
+        host = self.cluster.hosts[key]
+        if host.state is HostState.LOST and key not in self.silent:
+            self.commit(lc.heartbeat(self.cluster, self.now, host))
+
+    def _notice(self, key: str) -> None:
+        """A spot interruption notice: the instance goes in `notice_lead`; the provisioner
+        asks for a decommission with that drain timeout."""
+        if self.cluster.hosts[key].state not in JOINED or key in self.silent:
+            return
+        gone = self.now + self.spec.notice_lead
+        self.at(gone, functools.partial(self._die, key))
+        self.ctl(functools.partial(self._noticed, key, gone))
+
+    def _noticed(self, key: str, gone: float) -> None:
+        host = self.cluster.hosts[key]
+        if self.now >= gone:
+            self.missed["spot notice: the controller was down until the instance went"] += 1
+        elif host.state not in (HostState.OPEN, HostState.CLOSED):
+            self.missed[f"spot notice: host already {host.state.value}"] += 1
+        else:
+            self._decommission(key, gone - self.now, "spot interruption notice")
+
+    def _die(self, key: str) -> None:
+        self.silent.setdefault(key, self.now)
+        self.coming_back.discard(key)
+        if self.up:
+            self._schedule(key)
 
     def _reclaim(self) -> None:
         host = self._random_open_host()
         if host is None:
+            self.missed["reclaim: no open host found"] += 1
             return
-        self.commit(
-            lc.control(
+        self._decommission(host, self.spec.drain_timeout, "reclaimed by provider")
+
+    def _decommission(self, key: str, timeout: float, why: str) -> None:
+        host = self.cluster.hosts[key]
+        try:
+            facts = lc.control(
                 self.cluster,
                 self.cfg,
                 self.now,
                 "provisioner",
                 host,
                 "decommission",
-                drain_timeout=self.spec.drain_timeout,
+                drain_timeout=timeout,
                 policy=self.spec.drain_policy,
-                why="reclaimed by provider",
+                why=why,
             )
-        )
-        self.check(host.key)
-        deadline = self.cluster.hosts[host.key].drain
-        if deadline is not None and deadline.deadline is not None:
-            self.at(deadline.deadline, lambda: self.check(host.key))
+        except lc.Refused as exc:
+            self.missed[f"{why}: refused ({exc.kind})"] += 1
+            return
+        self.commit(facts)
+
+    def _random_open_host(self) -> str | None:
+        """A random live open host, by sampling rather than scanning all of them."""
+        for _ in range(64):
+            key = f"i-{self.rng.randrange(self.spec.hosts):06d}"
+            if self.cluster.hosts[key].state is HostState.OPEN and key not in self.silent:
+                return key
+        return None
 
     def _return(self, key: str) -> None:
-        if lc.returnable(self.cluster.hosts[key]):
+        if not self.up:
+            self.deferred.append(functools.partial(self._return, key))
+        elif lc.returnable(self.cluster.hosts[key]):
             self.commit(lc.ack_return(self.cluster, self.now, "provisioner", key))
+            self.coming_back.discard(key)  # given back: it will not be heard again
+            self.silent.setdefault(key, self.now)
 
+    # --- jobs ----------------------------------------------------------------------------
+    def _run_job(self, key: str) -> None:
+        job_id = self.cluster.next_job
+        name = self.cluster.hosts[key].name
+        facts = jobmodel.submit(self.cluster, self.now, "sim", ["job"], 1, host=name)
+        facts.append(Fact("job_assigned", self.now, "controller", {"id": job_id, "key": key}))
+        facts.append(Fact("job_started", self.now, name, {"id": job_id}))
+        self.commit(facts)
+        self.at(
+            self.now + self.spec.job_duration.draw(self.rng),
+            functools.partial(self._finish, job_id),
+        )
+
+    def _finish(self, job_id: int) -> None:
+        job = self.cluster.jobs.get(job_id)
+        if job is None or job.state is not JobState.RUNNING or job.assigned in self.silent:
+            return  # taken away, or its host is silent: it never reports
+        if not self.up:
+            self.deferred.append(functools.partial(self._finish, job_id))
+            return
+        self.commit([Fact("job_finished", self.now, "worker", {"id": job_id, "exit_code": 0})])
+        if self.cluster.hosts[job.assigned].state is HostState.OPEN:
+            self._run_job(job.assigned)  # the queue keeps every open host busy
+
+    def _rehome(self, job_id: int) -> None:
+        """A requeued job goes back to the queue and runs on another open host."""
+        if not self.up:
+            self.deferred.append(functools.partial(self._rehome, job_id))
+            return
+        job = self.cluster.jobs.get(job_id)
+        key = self._random_open_host()
+        if job is None or job.state is not JobState.PENDING or key is None:
+            return
+        name = self.cluster.hosts[key].name
+        self.commit(
+            [
+                Fact("job_assigned", self.now, "controller", {"id": job_id, "key": key}),
+                Fact("job_started", self.now, name, {"id": job_id}),
+            ]
+        )
+        self.at(
+            self.now + self.spec.job_duration.draw(self.rng),
+            functools.partial(self._finish, job_id),
+        )
+
+    # --- the report ----------------------------------------------------------------------
     def _summary(self) -> Summary:
-        counts: dict[str, int] = {}
+        stuck: dict[str, Stuck] = {}
+        end = self.spec.duration
+        bound = self.spec.stuck_after
+        steady = (HostState.OPEN, HostState.CLOSED, HostState.RETURNED)
         for host in self.cluster.hosts.values():
-            counts[host.state.value] = counts.get(host.state.value, 0) + 1
-        jobs: dict[str, int] = {}
-        for job in self.cluster.jobs.values():
-            jobs[job.state.value] = jobs.get(job.state.value, 0) + 1
+            since = host.history[-1].at if host.history else 0.0
+            if host.state in steady or end - since <= bound:
+                continue
+            entry = stuck.setdefault(host.state.value, Stuck())
+            entry.count += 1
+            entry.longest = max(entry.longest, end - since)
+            entry.examples.append((end - since, host.name or host.key, host.reason))
+        for entry in stuck.values():
+            entry.examples = sorted(entry.examples, reverse=True)[:3]
+        jobs = dict(self.outcomes)
+        jobs["pending"] = len(self.cluster.pending)
+        jobs["running"] = sum(len(ids) for ids in self.cluster.active.values())
+        self._sample()
         return Summary(
             self.spec.hosts,
-            counts,
-            self.drains,
-            jobs,
-            self.requeued,
+            end,
             self.facts,
-            self.spec.duration,
+            {k: v for k, v in self.states.items() if v},
+            jobs,
+            self.drains,
+            stuck,
+            bound,
+            dict(self.missed),
+            self.restarts,
+            self.forgotten,
+            self.lost_alive,
+            self.series,
         )
 
 
