@@ -100,8 +100,12 @@ class Fleet:
 
     async def _watch(self, i: int) -> None:
         conn = self.watches[i]
+        # Agents start at different times, so their 30 s long-polls end at different times.
+        timeout = random.uniform(1, 30)
         while self.watching:
-            path = f"/v1/hosts/{self.name(i)}/watch?since={self.versions.get(i, 0)}&timeout=30"
+            since = self.versions.get(i, 0)
+            path = f"/v1/hosts/{self.name(i)}/watch?since={since}&timeout={timeout:.3f}"
+            timeout = 30
             try:
                 status, answer = await conn.request("GET", path)
             except (OSError, asyncio.IncompleteReadError):

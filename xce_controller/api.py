@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.codec import host_to_json, job_to_json
-from xce_controller.model import TERMINAL, Host, Job, JobState
+from xce_controller.model import TERMINAL, Host, Job
 from xce_controller.schemas import (
     ControlBody,
     DecommissionBody,
@@ -95,6 +95,12 @@ def create_app(ctl: Controller) -> FastAPI:
             "protocol": PROTOCOL,
         }
         return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        # Logged with its traceback by the server; the client gets the same JSON shape.
+        body = {"error": "internal", "message": f"{type(exc).__name__}", "protocol": PROTOCOL}
+        return JSONResponse(body, status_code=500)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -199,12 +205,7 @@ def create_app(ctl: Controller) -> FastAPI:
         host = await ctl.watch(host, since, timeout)
         if host.state in TERMINAL:
             raise lc.decommissioned(host)
-        jobs = [
-            job(j)
-            for j in ctl.cluster.jobs.values()
-            if j.assigned == host.key
-            and j.state in (JobState.ASSIGNED, JobState.RUNNING, JobState.KILLED)
-        ]
+        jobs = [job(j) for j in ctl.cluster.watched_jobs(host.key)]
         return {**answer(host), "jobs": jobs}
 
     @app.post("/v1/hosts/{name}/jobs/{job_id}/{event}", response_model=JobBody, responses=ERRORS)

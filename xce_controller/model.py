@@ -151,6 +151,7 @@ class Cluster:
     active: dict[str, set[int]] = field(default_factory=dict)  # host key -> active job ids
     names: dict[str, str] = field(default_factory=dict)  # joined host name -> latest key
     pending: set[int] = field(default_factory=set)  # ids of pending jobs
+    killed: dict[str, set[int]] = field(default_factory=dict)  # host key -> killed job ids
     # Hosts waiting for their join (expected, overdue) by expected name and address, in the
     # order they were recorded, so a join is matched without scanning every host.
     waiting_names: dict[str, dict[str, None]] = field(default_factory=dict)
@@ -184,6 +185,8 @@ class Cluster:
             self.pending.add(job.id)
         else:
             self.pending.discard(job.id)
+        if job.assigned and job.state is JobState.KILLED:
+            self.killed.setdefault(job.assigned, set()).add(job.id)
 
     def host_by_name(self, name: str) -> Host | None:
         """The live host called `name` (not decommissioned or returned), else the latest."""
@@ -199,6 +202,11 @@ class Cluster:
 
     def jobs_on(self, key: str) -> list[Job]:
         return [self.jobs[i] for i in sorted(self.active.get(key, ()))]
+
+    def watched_jobs(self, key: str) -> list[Job]:
+        """What a host's watch lists: its assigned and running jobs, and those killed there."""
+        ids = self.active.get(key, set()) | self.killed.get(key, set())
+        return [self.jobs[i] for i in sorted(ids) if i in self.jobs]
 
     def waiting_match(self, name: str, addresses: tuple[str, ...]) -> Host | None:
         """The first recorded waiting instance expected under this name, else address."""

@@ -207,7 +207,8 @@ def expect(client: Client, /, instance_id: str, **fields: Any) -> None:
 
 def _control(client: Client, name: str, action: str, body: dict[str, Any]) -> None:
     h = client.call("POST", f"/v1/hosts/{name}/{action}", json=body)
-    click.echo(f"{h['name'] or h['key']}: {h['state']} ({h['reason']})")
+    shown = h["name"] or h["expected_name"] or h["instance_id"] or name
+    click.echo(f"{shown}: {h['state']} ({h['reason']})")
 
 
 @main.command("open")
