@@ -59,6 +59,7 @@ class Controller:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._armed: float | None = None
+        self._freezer: asyncio.TimerHandle | None = None
         self.storage_down = ""  # the cause while writes fail, logged once
         for key in self.cluster.hosts:
             self._schedule(key)
@@ -188,11 +189,12 @@ class Controller:
         gc.collect(1)
         gc.freeze()
         if self._loop is not None:
-            self._loop.call_later(FREEZE_EVERY, self._freeze)
+            self._freezer = self._loop.call_later(FREEZE_EVERY, self._freeze)
 
     async def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
+        for handle in (self._handle, self._freezer):
+            if handle is not None:
+                handle.cancel()
         self._loop = None
         try:
             self.store.save_seen(self.seen)  # for display after a restart; never decides
