@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from xce_controller import deadlines
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig
@@ -122,7 +123,7 @@ class Controller:
 
     def _due(self, host: Host, now: float) -> list[Fact]:
         seen = self.seen.get(host.key)
-        return lc.host_due(self.cluster, self.cfg, now, host, seen, self.alive_since)
+        return deadlines.host_due(self.cluster, self.cfg, now, host, seen, self.alive_since)
 
     def _wake(self, keys: set[str]) -> None:
         for key in keys:
@@ -135,7 +136,7 @@ class Controller:
     def _schedule(self, key: str, at: float | None = None) -> None:
         host = self.cluster.hosts.get(key)
         if at is None and host is not None:
-            at = lc.next_due(host, self.cfg, self.seen.get(key), self.alive_since)
+            at = deadlines.next_due(host, self.cfg, self.seen.get(key), self.alive_since)
         self.timers.set(key, at)
         self._arm()
 

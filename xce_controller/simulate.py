@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from xce_controller import deadlines
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.facts import apply
@@ -105,7 +106,7 @@ class Simulation:
 
     def _host_due(self, key: str) -> list[Fact]:
         host = self.cluster.hosts[key]
-        return lc.host_due(
+        return deadlines.host_due(
             self.cluster, self.cfg, self.now, host, self.heard(key), self.alive_since
         )
 
@@ -123,10 +124,10 @@ class Simulation:
         host = self.cluster.hosts[key]
         due = None
         if host.state is HostState.EXPECTED:
-            due = lc.join_deadline(host, self.cfg, self.alive_since)
+            due = deadlines.join_deadline(host, self.cfg, self.alive_since)
         elif host.state in JOINED:
             if key in self.silent or self.first_beat.get(key, -1.0) > self.now:
-                due = lc.next_due(host, self.cfg, self.heard(key), self.alive_since)
+                due = deadlines.next_due(host, self.cfg, self.heard(key), self.alive_since)
             elif host.drain is not None and host.drain.deadline is not None:
                 due = host.drain.deadline
         if due is not None and self.due.get(key) != due:

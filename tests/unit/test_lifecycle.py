@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from xce_agent.errors import ConfigError
+from xce_controller import deadlines
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig, Template, load_cluster_config
@@ -43,7 +44,9 @@ class World:
         self.now = to
         for host in list(self.cluster.hosts.values()):
             seen = self.seen.get(host.key)
-            self.commit(lc.host_due(self.cluster, self.cfg, to, host, seen, self.alive_since))
+            self.commit(
+                deadlines.host_due(self.cluster, self.cfg, to, host, seen, self.alive_since)
+            )
         self.commit(jobmodel.place(self.cluster, self.cfg, to))
 
     def expect(self, iid: str, **kw: object) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.unit.test_lifecycle import CFG, World
+from xce_controller import deadlines
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import Template
@@ -95,7 +96,7 @@ def test_controller_downtime_does_not_count_against_hosts() -> None:
     assert w.state("i-2") is HostState.EXPECTED
     assert w.cluster.jobs[job].state is JobState.ASSIGNED
     assert lc.to_return(w.cluster) == []
-    assert lc.next_due(w.cluster.hosts["i-1"], CFG, None, 500.0) == 530.001
+    assert deadlines.next_due(w.cluster.hosts["i-1"], CFG, None, 500.0) == 530.001
     w.tick(529.9)
     assert w.state("i-1") is HostState.OPEN
     w.tick(530.1)  # no heartbeat within a grace of the start: lost now

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from xce_agent.errors import ConfigError
+from xce_controller import deadlines
 from xce_controller import lifecycle as lc
 from xce_controller.model import HostState
 from xce_controller.scenario import load_scenario
@@ -110,7 +111,9 @@ def test_the_simulator_finds_downtime_read_as_silence(
     """The defect the live controller had, put back: downtime counted against hosts."""
     fixed = _faults(tmp_path)
     monkeypatch.setattr(
-        lc, "heard_from", lambda host, last_seen, alive_since: last_seen or host.joined_at or 0.0
+        deadlines,
+        "heard_from",
+        lambda host, last_seen, alive_since: last_seen or host.joined_at or 0.0,
     )
     broken = _faults(tmp_path)
     assert broken.lost_alive > 100  # most hosts, at every restart

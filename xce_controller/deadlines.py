@@ -1,0 +1,114 @@
+"""What time alone makes due for a host: the join deadline, the loss grace, the drain timeout.
+
+Pure functions, like the rest of the lifecycle; the live controller's timers (timers.py) and
+the simulator ask `next_due` when to look again and `host_due` what is due then.
+
+`alive_since` is when this controller process started. Time it was down does not count
+against hosts: none could reach it, so each gets a fresh grace (and an expected instance
+recorded before the start a fresh join allowance) from the start.
+"""
+
+from __future__ import annotations
+
+from xce_controller.config import ClusterConfig
+from xce_controller.lifecycle import CONTROLLER, fact
+from xce_controller.model import JOINED, Cluster, DrainPolicy, Fact, Host, HostState
+
+
+def heard_from(host: Host, last_seen: float | None, alive_since: float) -> float:
+    """The latest sign of life: a heartbeat, a join or return, or the controller's start."""
+    times = [alive_since, host.joined_at or 0.0, host.self_changed_at or 0.0, last_seen or 0.0]
+    return max(times)
+
+
+def join_deadline(host: Host, cfg: ClusterConfig, alive_since: float) -> float | None:
+    if host.deadline is None:
+        return None
+    if host.expected_at is not None and host.expected_at < alive_since:
+        return max(host.deadline, alive_since + cfg.host_loss_grace)
+    return host.deadline
+
+
+def host_due(
+    cluster: Cluster,
+    cfg: ClusterConfig,
+    now: float,
+    host: Host,
+    last_seen: float | None,
+    alive_since: float = 0.0,
+) -> list[Fact]:
+    """Facts that time alone makes due for one host: overdue, drained, lost."""
+    if host.state is HostState.EXPECTED:
+        deadline = join_deadline(host, cfg, alive_since)
+        if deadline is not None and now >= deadline:
+            return [
+                fact(
+                    "state",
+                    now,
+                    CONTROLLER,
+                    key=host.key,
+                    state="overdue",
+                    why="not joined by its deadline",
+                )
+            ]
+        return []
+    if host.state not in JOINED:
+        return []
+    seen = heard_from(host, last_seen, alive_since)
+    if now - seen > cfg.host_loss_grace:
+        facts = [
+            fact("job_requeued", now, CONTROLLER, id=j.id, why=f"host {host.name} lost")
+            for j in cluster.jobs_on(host.key)
+        ]
+        return [
+            *facts,
+            fact(
+                "state",
+                now,
+                CONTROLLER,
+                key=host.key,
+                state="lost",
+                why=f"no heartbeat for {now - seen:.0f}s",
+            ),
+        ]
+    if host.state is HostState.DRAINING and host.drain is not None:
+        return _drain_due(cluster, now, host)
+    return []
+
+
+def _drain_due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
+    assert host.drain is not None
+    jobs = cluster.jobs_on(host.key)
+    why = host.drain.why or "decommissioned"
+    if not jobs:
+        return [fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=why)]
+    deadline = host.drain.deadline
+    if deadline is None or now < deadline:
+        return []
+    if host.drain.policy is DrainPolicy.KILL:
+        facts = [
+            fact("job_killed", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
+            for j in jobs
+        ]
+    else:
+        facts = [
+            fact("job_requeued", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
+            for j in jobs
+        ]
+    done = f"{why} (drain timed out after {host.drain.timeout:g}s: {host.drain.policy.value})"
+    return [*facts, fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=done)]
+
+
+def next_due(
+    host: Host, cfg: ClusterConfig, last_seen: float | None, alive_since: float = 0.0
+) -> float | None:
+    """When `host_due` may next return facts for this host by time alone. A drain's end by
+    its last job is not a time: it is evaluated on the job's finish or requeue."""
+    if host.state is HostState.EXPECTED:
+        return join_deadline(host, cfg, alive_since)
+    if host.state not in JOINED:
+        return None
+    due = heard_from(host, last_seen, alive_since) + cfg.host_loss_grace + 1e-3
+    if host.drain is not None and host.drain.deadline is not None:
+        due = min(due, host.drain.deadline)
+    return due
