@@ -15,8 +15,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -60,6 +62,15 @@ def start_controller(workdir: Path) -> tuple[subprocess.Popen[bytes], str, int]:
                 pass
         time.sleep(0.05)
     raise SystemExit("bench: controller did not start")
+
+
+def run_loop(main: Coroutine[Any, Any, Result]) -> Result:
+    """uvloop when installed (as the controller uses), so the client costs less CPU."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -128,11 +139,9 @@ async def _measure(
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     await asyncio.sleep(10)  # every host joined, nothing happening
     idle = (cpu_seconds(pid) - cpu0) / (time.perf_counter() - t0)
-    fleet.start_watches(range(half))
-    await asyncio.sleep(2)
+    await fleet.start_watches(range(half))
     small = await fleet.heartbeats(range(half), interval, seconds, seed=1)
-    fleet.start_watches(range(half, watched))
-    await asyncio.sleep(2)
+    await fleet.start_watches(range(half, watched))
     rss_watched = rss_mb(pid)
     big = await fleet.heartbeats(range(hosts), interval, seconds, seed=2)
     await fleet.stop_watches()

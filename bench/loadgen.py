@@ -91,12 +91,31 @@ class Fleet:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return done
 
-    def start_watches(self, hosts: range) -> None:
+    async def start_watches(self, hosts: range, per_second: float = 2000.0) -> None:
+        """Open a watch per host, ramped (agents do not all start in the same millisecond),
+        then wait until the controller has caught up with them."""
         self.watching = True
-        for i in hosts:
+        for n, i in enumerate(hosts):
             if i not in self.watches:
                 self.watches[i] = Conn(self.host, self.port)
                 self.watch_tasks.append(asyncio.ensure_future(self._watch(i)))
+            if n % 100 == 99:
+                await asyncio.sleep(100 / per_second)
+        await self.settle()
+
+    async def settle(self, quiet: float = 0.02, limit: float = 60.0) -> None:
+        """Wait until a probe is answered within `quiet` seconds: the backlog is gone."""
+        probe = Conn(self.host, self.port)
+        deadline = time.perf_counter() + limit
+        try:
+            while time.perf_counter() < deadline:
+                began = time.perf_counter()
+                await probe.request("GET", "/v1/info")
+                if time.perf_counter() - began < quiet:
+                    return
+                await asyncio.sleep(0.2)
+        finally:
+            probe.close()
 
     async def _watch(self, i: int) -> None:
         conn = self.watches[i]

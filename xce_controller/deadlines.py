@@ -17,8 +17,12 @@ from xce_controller.model import JOINED, Cluster, DrainPolicy, Fact, Host, HostS
 
 def heard_from(host: Host, last_seen: float | None, alive_since: float) -> float:
     """The latest sign of life: a heartbeat, a join or return, or the controller's start."""
-    times = [alive_since, host.joined_at or 0.0, host.self_changed_at or 0.0, last_seen or 0.0]
-    return max(times)
+    heard = max(alive_since, host.joined_at or 0.0, last_seen or 0.0)
+    if host.history and host.history[-1].at > heard:  # only then can a change be later
+        changed = host.self_changed_at
+        if changed is not None and changed > heard:
+            heard = changed
+    return heard
 
 
 def join_deadline(host: Host, cfg: ClusterConfig, alive_since: float) -> float | None:

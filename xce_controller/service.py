@@ -186,9 +186,11 @@ class Controller:
         stopped the loop for 0.5-3 s (every request waited). Records and held requests are
         freed by reference counting when done, and a full pass over them found no cyclic
         garbage, so every second the young generations are collected (about a millisecond)
-        and the survivors are frozen: full passes then scan only the last second's."""
+        and the survivors are frozen; the full pass, which would find nothing older to
+        collect, is not run on its own (its threshold is out of reach)."""
         gc.collect(1)
         gc.freeze()
+        gc.set_threshold(*gc.get_threshold()[:2], 1 << 30)
         if self._loop is not None:
             self._freezer = self._loop.call_later(FREEZE_EVERY, self._freeze)
 
