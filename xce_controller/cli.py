@@ -63,6 +63,7 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
             click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
         sock = bind(host, int(port_text))
         server, controller = make_server(cfg, db, sock)
+        controller.tune_gc = True
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(f"xce-controller: {problem}", err=True)

@@ -61,6 +61,7 @@ class Controller:
         self._handle: asyncio.TimerHandle | None = None
         self._armed: float | None = None
         self._freezer: asyncio.TimerHandle | None = None
+        self.tune_gc = False  # `serve` sets it: the policy is process-wide (see _freeze)
         self.storage_down = ""  # the cause while writes fail, logged once
         for key in self.cluster.hosts:
             self._schedule(key)
@@ -178,7 +179,8 @@ class Controller:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._arm()
-        self._freeze()
+        if self.tune_gc:
+            self._freeze()
 
     def _freeze(self) -> None:
         """Keep the cyclic collector's full passes short. With thousands of watches and
