@@ -10,6 +10,7 @@ production, and the generator's own lateness is printed so it can be told apart.
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 import subprocess
 import sys
@@ -198,8 +199,10 @@ def _render(r: Result, half: int, hosts: int, watched: int, interval: float, sec
             "joined, no traffic, 10 s",
         ],
     ]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     title = (
         f"Controller load (open loop, every {interval:g} s per host, watches open, "
-        f"{seconds:g} s per phase), {time.strftime('%Y-%m-%d')}"
+        f"{seconds:g} s per phase), {time.strftime('%Y-%m-%d')}, load average {load} "
+        f"on {os.cpu_count()} cores"
     )
     return table(title, ["measure", "figure", "target", "note"], rows)

@@ -16,14 +16,14 @@ def run() -> str:
     from xce_controller.simulate import run_scenario
 
     spec = load_scenario(SCENARIO)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     summary = run_scenario(spec)
-    took = time.perf_counter() - began
+    took, cpu = time.perf_counter() - began, time.process_time() - cpu
     rows = [
         [
             f"{spec.hosts:,} hosts, {spec.duration / 3600:g} virtual hours, "
             f"{spec.restarts} controller restarts",
-            f"{took:.1f} s",
+            f"{took:.1f} s (CPU {cpu:.1f} s)",
             f"{summary.facts:,} facts ({summary.facts / took:,.0f}/s)",
             "< 60 s",
         ]
