@@ -7,6 +7,7 @@ import ipaddress
 import json
 import logging
 import signal
+import sqlite3
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -57,19 +58,24 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
         )
         sys.exit(EX_CONFIG)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    step = f"cannot listen on {listen}"
     try:
         if not cfg.admin_token:
+            step = f"cannot keep the admin token in {token_file(db)}"
             cfg = replace(cfg, admin_token=stable_admin_token(db))
             click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
+        step = f"cannot listen on {listen}"
         sock = bind(host, int(port_text))
+        step = f"cannot open the database {db}"
         server, controller = make_server(cfg, db, sock)
         controller.tune_gc = True
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(f"xce-controller: {problem}", err=True)
         sys.exit(EX_CONFIG)
-    except OSError as exc:
-        click.echo(f"xce-controller: cannot listen on {listen}: {exc.strerror}", err=True)
+    except (OSError, sqlite3.Error) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        click.echo(f"xce-controller: {step}: {why}", err=True)
         sys.exit(1)
     port = sock.getsockname()[1]
     if port_file:
