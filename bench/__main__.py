@@ -10,7 +10,7 @@ def main() -> None:
     parser.add_argument(
         "sections",
         nargs="*",
-        default=["supervision", "decommission", "controller", "simulator"],
+        default=["supervision", "flood", "decommission", "controller", "simulator"],
     )
     parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
     args = parser.parse_args()
@@ -22,6 +22,10 @@ def main() -> None:
                 print(supervision.run(restarts=20, stops=10, idle_seconds=5))
             else:
                 print(supervision.run())
+        elif section == "flood":
+            from bench import flood
+
+            print(flood.run(restarts=100 if args.quick else 300))
         elif section == "decommission":
             from bench import decommission
 

@@ -3,44 +3,42 @@
 Restart versus stop: SIGTERM (what `systemctl stop|restart` and package upgrades send with
 `KillMode=process`) makes the agent exit and leave its components running, to be adopted by
 the next agent; only when the whole system is shutting down does SIGTERM stop them too.
-`xce-agent stop` (SIGUSR2 to the running agent) stops every component gracefully and then
-the agent. See docs/operations.md.
+`xce-agent stop` (SIGUSR2 to the running agent, or the control socket) stops every
+component gracefully and then the agent; SIGHUP reloads the config. Every other signal that
+would end the agent is logged and ignored. See docs/operations.md.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from xce_agent import membership as ms
+from xce_agent import single_agent, unused_signals
+from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
-from xce_agent.errors import StateError
+from xce_agent.control import SOCKET_NAME, ControlServer
 from xce_agent.handoff import Handoff, reader_of
-from xce_agent.notify import Notifier, watchdog_interval
+from xce_agent.notify import Notifier, system_shutting_down, watchdog_interval
+from xce_agent.operator import Operator
 from xce_agent.reports import Reports, host_name
 from xce_agent.state import (
     AgentRecord,
     AgentState,
-    ComponentRecord,
     Lifecycle,
     StateStore,
     StateWriter,
 )
 from xce_agent.status_line import status_line
+from xce_agent.supervision import cgroups
 from xce_agent.supervision import machine as m
-from xce_agent.supervision.process import (
-    ProcessIdentity,
-    ProcessRunner,
-    boot_id,
-    identify,
-)
+from xce_agent.supervision.identity import ProcessIdentity, boot_id, start_ticks
+from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
 
@@ -49,27 +47,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOCK_FILE = "agent.lock"
 LINK_CHECK_PERIOD = 5.0  # how often the link's threads are checked for a stall
 
 
-def system_shutting_down() -> bool:
-    """True while systemd is taking the machine down (then SIGTERM stops the components)."""
-    try:
-        result = subprocess.run(
-            ["systemctl", "is-system-running"],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=2,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return result.stdout.strip() == "stopping"
-
-
-class AlreadyRunning(StateError):
-    """Another agent holds the state directory: two would start components twice."""
+AlreadyRunning = single_agent.AlreadyRunning
 
 
 class Agent:
@@ -82,6 +63,7 @@ class Agent:
         reactor: Reactor | None = None,
         runner: ProcessRunner | None = None,
         shutting_down: Callable[[], bool] = system_shutting_down,
+        containment: cgroups.Detection | None = None,
     ) -> None:
         self.config = config
         self.notifier = notifier
@@ -89,13 +71,22 @@ class Agent:
         self.store = StateStore(config.state_directory)
         self.writer: StateWriter | None = None
         self._shutting_down = shutting_down
+        if runner is None:
+            self.containment = containment or cgroups.detect()
+            runner = ProcessRunner(
+                owner=str(config.state_directory.resolve()), cgroups=self.containment.tree
+            )
+        else:
+            self.containment = containment or cgroups.Detection(None, "test runner")
+        self._runner = runner
         self.supervisor = Supervisor(
             config.components,
             self.reactor,
-            runner or ProcessRunner(owner=str(config.state_directory.resolve())),
+            runner,
             output_dir=config.state_directory / "output",
             on_change=self._component_changed,
             on_decommission_exit=self._decommission_exit,
+            on_output=self._output_seen,
         )
         self.state = AgentState(instance_id=config.instance.id, roles=config.roles)
         self.host = host_name(config)
@@ -109,20 +100,31 @@ class Agent:
         )
         self.reports = Reports(config, lambda: self.state)
         self.link: ControllerLink | None = None
+        self.operator = Operator(self)
         self._since: dict[str, float] = {}
-        self._lock_fd: int | None = None
+        self._held: single_agent.Held | None = None
+        self._control: ControlServer | None = None
         self._leaving: str | None = None  # "detach" or "stop" once the agent is on its way out
         self._last_status = ""
+        self._tail_pending = False
 
     # --- lifecycle --------------------------------------------------------------------
     def run(self) -> int:
         self.store.ensure_directory()
-        self._lock()
+        self._held = single_agent.acquire(self.config.state_directory)
         self.writer = StateWriter(self.store)
         try:
             previous = self.store.load()
+            single_agent.refuse_live(self.config.state_directory, previous)
+            removed = self.store.clean_temp_files()
+            if removed:
+                log.info("removed %d temporary state files left by an earlier agent", removed)
+            self._contain()
             self._record_self(previous)
             self._install_signals()
+            self._control = ControlServer(
+                self.config.state_directory / SOCKET_NAME, self.reactor, self.operator.handle
+            )
             self._resume(previous)
             self._set_lifecycle(Lifecycle.RUNNING)
             self.notifier.notify("READY=1")
@@ -133,52 +135,59 @@ class Agent:
         finally:
             self._finish()
 
-    def _lock(self) -> None:
-        path = self.config.state_directory / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise AlreadyRunning(
-                f"{self.config.state_directory}: another xce-agent is running with this "
-                "state directory"
-            ) from None
-        self._lock_fd = fd
+    def _contain(self) -> None:
+        """Move into the `agent` leaf of the delegated cgroup, or fall back and say why."""
+        self.containment = cgroups.enter(self.containment)
+        self._runner.cgroups = self.containment.tree
+        level = logging.INFO if self.containment.tree else logging.WARNING
+        log.log(level, "components are contained by %s", self.containment.description)
 
     def _record_self(self, previous: AgentState | None) -> None:
-        me = identify(os.getpid())
+        ticks = start_ticks(os.getpid())
         record = AgentRecord(
             pid=os.getpid(),
-            create_time=me.create_time if me else 0.0,
+            create_time=ProcessIdentity(0, ticks, "", "", ()).started_epoch(),
             boot_id=boot_id(),
             started_at=time.time(),
             config=str(self.config.path),
+            start_ticks=ticks,
         )
         base = previous or self.state
+        tree = self._runner.cgroups
         self.state = replace(
             base,
             agent=record,
             lifecycle=Lifecycle.STARTING,
+            containment=self.containment.description,
+            cgroup_root=str(tree.root) if tree else "",
             instance_id=self.config.instance.id,
             roles=self.config.roles,
         )
         self._save()
 
     def _resume(self, previous: AgentState | None) -> None:
-        """Adopt live components a previous agent left, start the rest."""
+        """Adopt live components a previous agent left (by their full identity), start the rest.
+
+        Nothing is adopted by environment markers: a job of the worker carries them too.
+        A component no longer configured is stopped to the end; in a cgroup, so is whatever
+        runs in a component's cgroup without a recorded process (killed before its start).
+        """
+        sup = self.supervisor
         recorded = {c.name: c for c in (previous.components if previous else ())}
         for name, record in recorded.items():
             identity = ProcessIdentity.from_json(record.identity) if record.identity else None
-            if identity is None:
-                continue
-            if name not in self.supervisor.specs:
-                self.supervisor.retire(name, identity)
-            elif not self.supervisor.adopt(name, identity):
-                log.info("%s: recorded process %d is gone", name, identity.pid)
-        for name in self.supervisor.specs:
-            if not self.supervisor.watched(name):
-                self.supervisor.adopt_marked(name)
+            if name not in sup.specs:
+                if identity is not None or sup.contained_alive(name):
+                    sup.retire(name, identity)
+            elif identity is not None:
+                sup.adopt(name, identity)
+        tree = sup.containment()
+        for name in tree.names() if tree else ():
+            if name not in sup.specs and tree is not None:
+                if tree.populated(name):
+                    sup.retire(name, None)
+                else:
+                    tree.remove(name)
         try:
             self.handoff.open_directory()
         except OSError as exc:
@@ -197,6 +206,8 @@ class Agent:
         self.handle(boot)
 
     def _install_signals(self) -> None:
+        for signum in unused_signals.UNUSED_SIGNALS:
+            self.reactor.add_signal_handler(signum, unused_signals.ignore)
         self.reactor.add_signal_handler(signal.SIGTERM, self._on_term)
         self.reactor.add_signal_handler(signal.SIGINT, self._on_term)
         self.reactor.add_signal_handler(signal.SIGUSR2, self._on_stop_request)
@@ -215,7 +226,8 @@ class Agent:
         self.request_stop("xce-agent stop")
 
     def _on_hup(self, signum: int) -> None:
-        log.info("SIGHUP ignored: restart the agent to apply a changed config")
+        answer = self.operator.handle("reload", "")
+        log.log(logging.INFO if answer.ok else logging.ERROR, "SIGHUP: %s", answer.message)
 
     def request_stop(self, reason: str) -> None:
         self._leaving = "stop"
@@ -233,14 +245,16 @@ class Agent:
         lifecycle = Lifecycle.STOPPED if self._leaving == "stop" else Lifecycle.DETACHED
         # Save while the handles are still known: the next agent adopts from this record.
         self._set_lifecycle(lifecycle)
+        if self._control is not None:
+            self._control.close()
         self.supervisor.close()
         self.handoff.close()
         if self.writer is not None:
             self.writer.close()
         self.reactor.restore_signals()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        if self._held is not None:
+            self._held.release()
+            self._held = None
 
     # --- watchdog ---------------------------------------------------------------------
     def _start_watchdog(self) -> None:
@@ -253,6 +267,18 @@ class Agent:
             self.reactor.call_later(interval, ping)
 
         ping()
+
+    def _output_seen(self, name: str, delay: float = 2.0) -> None:
+        """Save the last lines of output a little later (once per burst, not per line)."""
+        if self._tail_pending:
+            return
+        self._tail_pending = True
+
+        def refresh() -> None:
+            self._tail_pending = False
+            self._refresh_components()
+
+        self.reactor.call_later(delay, refresh)
 
     def _check_link(self) -> None:
         if self.link is not None:
@@ -283,15 +309,20 @@ class Agent:
         if member.decommissioned and not member.reported and down:
             self.handle(ms.WorkersDown())
 
+    def prepare_role(self, role: str) -> bool:
+        """Hand a worker-role component its template before it starts; False if there is none."""
+        if role in ms.JOIN_FIRST_ROLES and self.config.controller is not None:
+            env = self.handoff.env(self.host, self.config.instance.id)
+            if env is None:
+                log.error("no template from the controller: not starting %s", role)
+                return False
+            self.supervisor.set_role_env(role, env, self.handoff.fds())
+        return True
+
     def _perform(self, action: ms.Action) -> None:
         if isinstance(action, ms.StartRole):
-            if action.role in ms.JOIN_FIRST_ROLES and self.config.controller is not None:
-                env = self.handoff.env(self.host, self.config.instance.id)
-                if env is None:
-                    log.error("no template from the controller: not starting %s", action.role)
-                    return
-                self.supervisor.set_role_env(action.role, env, self.handoff.fds())
-            self.supervisor.start_role(action.role, action.reason)
+            if self.prepare_role(action.role):
+                self.supervisor.start_role(action.role, action.reason)
         elif isinstance(action, ms.StopRole):
             self.supervisor.stop_role(action.role, action.reason)
         elif isinstance(action, ms.WriteTemplate):
@@ -342,26 +373,14 @@ class Agent:
         log.warning("%s exited with code %d (rejoin refused): asking the controller", name, code)
         self.handle(ms.WorkerExit(name, code))
 
+    def refresh(self) -> None:
+        """Save the components' state now (after an operator's change)."""
+        self._refresh_components()
+
     def _refresh_components(self) -> None:
-        identities = self.supervisor.identities()
-        records = []
-        for spec in self.config.components:
-            cstate = self.supervisor.state(spec.name)
-            identity = identities.get(spec.name)
-            records.append(
-                ComponentRecord(
-                    name=spec.name,
-                    role=spec.role,
-                    phase=cstate.phase.value,
-                    pid=cstate.pid,
-                    identity=identity.to_json() if identity else None,
-                    restarts=cstate.restarts,
-                    last_exit=cstate.last_exit.describe() if cstate.last_exit else None,
-                    reason=cstate.reason,
-                    since=self._since.get(spec.name, time.time()),
-                )
-            )
-        self.state = replace(self.state, components=tuple(records))
+        now, mono = time.time(), self.reactor.clock.monotonic()
+        records = component_records(self.supervisor, self._since, now, mono)
+        self.state = replace(self.state, components=records)
         self._save()
 
     def _set_lifecycle(self, lifecycle: Lifecycle) -> None:

@@ -105,23 +105,78 @@ def status(config_file: str | None, state_dir: Path | None, as_json: bool) -> No
     if state is None:
         click.echo(f"xce-agent: no state in {directory}: the agent has not run here", err=True)
         sys.exit(EX_NOSTATE)
+    from xce_agent.single_agent import live_agent
+
+    live = live_agent(state.agent)
     if as_json:
-        click.echo(json.dumps(state.to_json(), indent=2, sort_keys=True))
+        data = state.to_json()
+        data["agent_running"] = live
+        data["stale"] = not live
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
-        click.echo(render_status(state, time.time()))
+        click.echo(render_status(state, time.time(), live))
 
 
 @main.command()
 @config_option
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait.")
-def stop(config_file: str | None, timeout: float) -> None:
-    """Stop every component gracefully, then the agent (a restart keeps them running)."""
-    from xce_agent.stopping import stop_host
+@click.argument("name", required=False)
+def stop(config_file: str | None, timeout: float, name: str | None) -> None:
+    """Stop NAME, or without NAME every component and then the agent (a restart keeps them)."""
+    if name:
+        _control(config_file, "stop", name, timeout)
+        return
+    from xce_agent.stopping import StopFailed, stop_host
 
     config = _load(config_file)
     try:
         click.echo(f"xce-agent: {stop_host(config, timeout)}")
-    except (StateError, TimeoutError, OSError) as exc:
+    except (StateError, TimeoutError, OSError, StopFailed) as exc:
+        click.echo(f"xce-agent: {exc}", err=True)
+        sys.exit(1)
+
+
+@main.command()
+@config_option
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.argument("name")
+def start(config_file: str | None, timeout: float, name: str) -> None:
+    """Start component NAME through the running agent."""
+    _control(config_file, "start", name, timeout)
+
+
+@main.command()
+@config_option
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.argument("name")
+def restart(config_file: str | None, timeout: float, name: str) -> None:
+    """Restart component NAME (stop gracefully, start again) through the running agent."""
+    _control(config_file, "restart", name, timeout)
+
+
+@main.command()
+@config_option
+@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.argument("name")
+def reset(config_file: str | None, timeout: float, name: str) -> None:
+    """Clear the FATAL state of component NAME and start it again."""
+    _control(config_file, "reset", name, timeout)
+
+
+@main.command()
+@config_option
+def reload(config_file: str | None) -> None:
+    """Validate the config, then apply it: added, removed and changed components."""
+    _control(config_file, "reload", "", 30.0)
+
+
+def _control(config_file: str | None, command: str, name: str, timeout: float) -> None:
+    from xce_agent.operator_client import OperatorError, run_command
+
+    config = _load(config_file)
+    try:
+        click.echo(f"xce-agent: {run_command(config, command, name, timeout)}")
+    except OperatorError as exc:
         click.echo(f"xce-agent: {exc}", err=True)
         sys.exit(1)
 

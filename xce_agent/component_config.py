@@ -19,6 +19,7 @@ from xce_agent.supervision.spec import (
     ComponentSpec,
     ProbeKind,
     ProbeSpec,
+    ResourceLimits,
     RestartPolicy,
     RestartSpec,
 )
@@ -39,7 +40,12 @@ _COMPONENT_KEYS = (
     "restart",
     "liveness_probe",
     "decommission_exit_codes",
+    "limits",
 )
+# Names the agent sets for every component itself; a config may not override them.
+RESERVED_ENV_PREFIX = "XCE_AGENT_"
+_SIZE = re.compile(r"^\s*(\d{1,15})\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
 def parse_component(
@@ -53,7 +59,7 @@ def parse_component(
         c.report(p, "a mapping", describe(node), line)
         return None
     c.allowed_keys(node, p, _COMPONENT_KEYS)
-    env = c.string_map(node, "environment", p)
+    env = _environment(node, p, c)
     command = _command(node, "command", p, c, env or {})
     user = _account(node, "user", p, c, _user_exists)
     group = _account(node, "group", p, c, _group_exists)
@@ -72,12 +78,14 @@ def parse_component(
     restart = _restart(node, p, c)
     probe = _probe(node, p, c)
     codes = _exit_codes(node, p, c)
-    if None in (env, command, stop_signal, stop_timeout, restart, codes) or (
+    limits = _limits(node, p, c)
+    if None in (env, command, stop_signal, stop_timeout, restart, codes, limits) or (
         "liveness_probe" in node and probe is None
     ):
         return None
     assert command is not None and stop_signal is not None and stop_timeout is not None
     assert restart is not None and codes is not None and env is not None
+    assert limits is not None
     return ComponentSpec(
         name=name,
         command=tuple(command),
@@ -91,7 +99,68 @@ def parse_component(
         restart=restart,
         liveness=probe,
         decommission_exit_codes=frozenset(codes),
+        limits=limits,
     )
+
+
+def _environment(node: LineDict, p: str, c: Checker) -> dict[str, str] | None:
+    env = c.string_map(node, "environment", p)
+    if env is None:
+        return None
+    ep = join_path(p, "environment")
+    env_node = node.get("environment")
+    lines = env_node.key_lines if isinstance(env_node, LineDict) else {}
+    for name in env:
+        line = lines.get(name, node.line)
+        if not name or "=" in name or "\x00" in name:
+            expected = "a variable name without '=' or NUL"
+            c.report(join_path(ep, name), expected, describe(name), line)
+            return None
+        if name.upper().startswith(RESERVED_ENV_PREFIX):
+            c.report(
+                join_path(ep, name),
+                f"a name not starting with {RESERVED_ENV_PREFIX} (the agent sets those)",
+                describe(name),
+                line,
+            )
+            return None
+    return env
+
+
+def _limits(node: LineDict, p: str, c: Checker) -> ResourceLimits | None:
+    if "limits" not in node:
+        return ResourceLimits()
+    r = c.mapping(node, "limits", p)
+    if r is None:
+        return None
+    lp = join_path(p, "limits")
+    c.allowed_keys(r, lp, ("memory_max", "cpu_weight", "tasks_max"))
+    memory = _size(r, "memory_max", lp, c)
+    weight = c.integer(r, "cpu_weight", lp, minimum=1, maximum=10000)
+    tasks = c.integer(r, "tasks_max", lp, minimum=1, maximum=4194304)
+    bad = (memory is None and "memory_max" in r) or (weight is None and "cpu_weight" in r)
+    if bad or (tasks is None and "tasks_max" in r):
+        return None
+    return ResourceLimits(memory_max=memory, cpu_weight=weight, tasks_max=tasks)
+
+
+def _size(node: LineDict, key: str, p: str, c: Checker) -> int | None:
+    if key not in node:
+        return None
+    value = node[key]
+    expected = "a size in bytes from 1M to 1T (like 512M, 4G)"
+    amount: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        amount = value
+    elif isinstance(value, str):
+        match = _SIZE.match(value)
+        if match:
+            unit = (match.group(2) or "").upper()[:1].replace("B", "")
+            amount = int(match.group(1)) * _SIZE_UNITS[unit]
+    if amount is None or not 1024**2 <= amount <= 1024**4:
+        c.report(join_path(p, key), expected, describe(value), c.line_of(node, key))
+        return None
+    return amount
 
 
 def _command(node: LineDict, key: str, p: str, c: Checker, env: dict[str, str]) -> list[str] | None:
@@ -109,12 +178,18 @@ def _command(node: LineDict, key: str, p: str, c: Checker, env: dict[str, str]) 
             )
             return None
     elif isinstance(value, LineList):
-        argv = c.string_list(node, key, p, required=True) or []
+        listed = c.string_list(node, key, p, required=True)
+        if listed is None:
+            return None
+        argv = listed
     else:
         c.report(join_path(p, key), expected, describe(value), c.line_of(node, key))
         return None
     if not argv:
         c.report(join_path(p, key), expected, "an empty command", c.line_of(node, key))
+        return None
+    if any("\x00" in word for word in argv):
+        c.report(join_path(p, key), expected, "a word with a NUL byte", c.line_of(node, key))
         return None
     search = env.get("PATH", os.environ.get("PATH", os.defpath))
     if shutil.which(argv[0], path=search) is None:
@@ -207,7 +282,7 @@ def _restart(node: LineDict, p: str, c: Checker) -> RestartSpec | None:
         c.duration(r, "initial_delay", rp, default=base.initial_delay),
         c.duration(r, "delay", rp, default=base.delay),
         c.duration(r, "max_delay", rp, default=base.max_delay),
-        c.number(r, "multiplier", rp, default=base.multiplier, minimum=1.0),
+        c.number(r, "multiplier", rp, default=base.multiplier, minimum=1.0, maximum=100.0),
         c.number(r, "jitter", rp, default=base.jitter, minimum=0.0, maximum=1.0),
         c.duration(r, "reset_after", rp, default=base.reset_after),
     )
@@ -218,7 +293,7 @@ def _restart(node: LineDict, p: str, c: Checker) -> RestartSpec | None:
         gp = join_path(rp, "give_up")
         if g is not None:
             c.allowed_keys(g, gp, ("starts", "window"))
-            starts = c.integer(g, "starts", gp, required=True, minimum=1)
+            starts = c.integer(g, "starts", gp, required=True, minimum=1, maximum=10000)
             window = c.duration(g, "window", gp, required=True, positive=True)
         else:
             return None
@@ -257,7 +332,7 @@ def _probe(node: LineDict, p: str, c: Checker) -> ProbeSpec | None:
         c.duration(r, "initial_delay", pp, default=10.0),
         c.duration(r, "period", pp, default=10.0, positive=True),
         c.duration(r, "timeout", pp, default=2.0, positive=True),
-        c.integer(r, "failure_threshold", pp, default=3, minimum=1),
+        c.integer(r, "failure_threshold", pp, default=3, minimum=1, maximum=1000),
     )
     kind = kinds[0]
     probe: ProbeSpec | None = None

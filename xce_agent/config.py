@@ -17,7 +17,7 @@ from xce_agent.errors import ConfigError
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol.roles import KNOWN_ROLES
 from xce_protocol.validation import Checker, describe, join_path
-from xce_protocol.yamlsource import LineDict, SourceError, load_file
+from xce_protocol.yamlsource import LineDict, SourceError, load_file, read_regular_file
 
 DEFAULT_CONFIG_PATH = Path("/etc/xce/agent.yaml")
 DEFAULT_STATE_DIRECTORY = Path("/var/lib/xce-agent")
@@ -156,12 +156,13 @@ def _existing_file(node: LineDict, key: str, path: str, c: Checker) -> Path | No
 
 def _read_token(token_file: Path, node: LineDict, c: Checker) -> str | None:
     try:
-        token = token_file.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
+        token = read_regular_file(token_file, 64 * 1024).decode("utf-8").strip()
+    except (SourceError, UnicodeDecodeError) as exc:
+        detail = str(exc) if isinstance(exc, SourceError) else "not UTF-8 text"
         c.report(
             "controller.token_file",
             "a readable file holding the token",
-            f"an unreadable file ({exc.__class__.__name__})",
+            f"an unreadable file ({detail})",
             c.line_of(node, "token_file"),
         )
         return None
@@ -211,12 +212,12 @@ def _instance(doc: LineDict, c: Checker, instance_data: Path) -> InstanceConfig 
 
 def _instance_id_from_cloud_init(instance_data: Path, c: Checker, line: int) -> str | None:
     expected = f"v1.instance_id in cloud-init's {instance_data} (id: auto)"
-    try:
-        data = json.loads(instance_data.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not instance_data.exists():
         c.report("instance.id", expected, "no such file (has cloud-init run?)", line)
         return None
-    except (OSError, ValueError) as exc:
+    try:
+        data = json.loads(read_regular_file(instance_data, 16 * 1024 * 1024))
+    except (SourceError, ValueError) as exc:
         c.report("instance.id", expected, f"an unreadable file ({exc.__class__.__name__})", line)
         return None
     ident = data.get("v1", {}).get("instance_id") if isinstance(data, dict) else None

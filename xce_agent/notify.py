@@ -1,9 +1,11 @@
-"""systemd notification: READY, STATUS, WATCHDOG, STOPPING. Silent when not under systemd."""
+"""systemd seams: notification (READY, STATUS, WATCHDOG, STOPPING; silent when not under
+systemd), and whether systemd is taking the machine down."""
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -51,3 +53,18 @@ def watchdog_interval() -> float | None:
         log.warning("ignoring WATCHDOG_USEC=%r: not an integer", usec)
         return None
     return value / 2_000_000 if value > 0 else None
+
+
+def system_shutting_down() -> bool:
+    """True while systemd is taking the machine down (then SIGTERM stops the components)."""
+    try:
+        result = subprocess.run(
+            ["systemctl", "is-system-running"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=2,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.stdout.strip() == "stopping"

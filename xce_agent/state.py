@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,10 @@ class ComponentRecord:
     last_exit: str | None = None
     reason: str = ""
     since: float = 0.0  # wall-clock time of the last phase change
+    started: float = 0.0  # wall-clock start of the running process (uptime)
+    next_retry: float | None = None  # wall-clock time of the next restart while in backoff
+    tail: tuple[str, ...] = ()  # the last lines of its output
+    note: str = ""  # e.g. "restarting: its configured command changed"
 
 
 class Lifecycle(str, enum.Enum):
@@ -69,6 +73,7 @@ class AgentRecord:
     boot_id: str
     started_at: float
     config: str
+    start_ticks: int = 0  # exact start time in clock ticks: the live agent is this process
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class AgentState:
     components: tuple[ComponentRecord, ...] = ()
     membership: MembershipState = field(default_factory=MembershipState)
     updated_at: float = 0.0
+    containment: str = ""  # how components are contained: a cgroup, or process groups and why
+    cgroup_root: str = ""  # the agent's delegated cgroup, when it has one
 
     def component(self, name: str) -> ComponentRecord | None:
         return next((c for c in self.components if c.name == name), None)
@@ -111,6 +118,8 @@ class AgentState:
             },
             "tombstone": asdict(tomb) if tomb else None,
             "updated_at": self.updated_at,
+            "containment": self.containment,
+            "cgroup_root": self.cgroup_root,
         }
 
     @classmethod
@@ -121,7 +130,7 @@ class AgentState:
         try:
             agent = AgentRecord(**data["agent"]) if data.get("agent") else None
             tomb = Tombstone(**data["tombstone"]) if data.get("tombstone") else None
-            comps = tuple(ComponentRecord(**c) for c in data.get("components", []))
+            comps = tuple(_component(c) for c in data.get("components", []))
             return cls(
                 lifecycle=_lifecycle(data["lifecycle"]),
                 instance_id=str(data.get("instance_id", "")),
@@ -130,6 +139,8 @@ class AgentState:
                 components=comps,
                 membership=_membership(data.get("controller") or {}, tomb),
                 updated_at=float(data.get("updated_at", 0.0)),
+                containment=str(data.get("containment", "")),
+                cgroup_root=str(data.get("cgroup_root", "")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None
@@ -168,6 +179,11 @@ def _membership(contact: dict[str, Any], tomb: Tombstone | None) -> MembershipSt
     )
 
 
+def _component(data: Any) -> ComponentRecord:
+    record = ComponentRecord(**data)
+    return replace(record, tail=tuple(str(line) for line in record.tail or ()))
+
+
 class StateStore:
     """Reads and atomically replaces `state.json` in one directory."""
 
@@ -181,6 +197,20 @@ class StateStore:
         except OSError as exc:
             msg = f"{self.directory}: cannot create state directory: {exc.strerror}"
             raise StateError(msg) from None
+
+    def clean_temp_files(self) -> int:
+        """Remove `.state.json.*` left by a writer that died mid-write; how many."""
+        removed = 0
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return 0
+        for name in names:
+            if name.startswith(f".{STATE_FILE}."):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.directory / name)
+                    removed += 1
+        return removed
 
     def load(self) -> AgentState | None:
         """The saved state; None if there is none or it was corrupt (then moved aside)."""

@@ -1,11 +1,18 @@
-"""`xce-agent status` for a person: what runs, since when, and how the controller sees us."""
+"""`xce-agent status` for a person: what runs, since when, and how the controller sees us.
+
+When the agent is not running the state file is stale: it says so, and each component the
+file calls running is checked against its recorded identity (running unsupervised, or gone).
+"""
 
 from __future__ import annotations
 
 import time
 
-from xce_agent.state import AgentState
+from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.status_line import status_line
+from xce_agent.supervision.identity import ProcessIdentity, mismatch
+
+TAIL_LINES = 5
 
 
 def _ago(then: float, now: float) -> str:
@@ -20,6 +27,19 @@ def _ago(then: float, now: float) -> str:
     return f"{stamp} ({seconds // 3600}h ago)"
 
 
+def _uptime(started: float, now: float) -> str:
+    if not started:
+        return "-"
+    seconds = max(0, int(now - started))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d"
+
+
 def _last_exit(last_exit: str | None, reason: str, phase: str) -> str:
     """The last exit, and the reason when it adds something (it often repeats the exit)."""
     last = last_exit or "-"
@@ -30,15 +50,30 @@ def _last_exit(last_exit: str | None, reason: str, phase: str) -> str:
     return f"{last}; {reason}"
 
 
-def render_status(state: AgentState, now: float) -> str:
+def _phase(comp: ComponentRecord, live: bool) -> str:
+    if live or comp.phase not in ("running", "stopping", "starting"):
+        return comp.phase
+    identity = ProcessIdentity.from_json(comp.identity) if comp.identity else None
+    if identity is not None and not mismatch(identity):
+        return "unsupervised"
+    return "gone"
+
+
+def render_status(state: AgentState, now: float, live: bool = True) -> str:
     lines = [status_line(state), ""]
-    lines.append(f"lifecycle:   {state.lifecycle.value}")
+    if not live:
+        lines[0] = "STALE: the agent is not running; this is its last saved state"
+    lines.append(f"lifecycle:   {state.lifecycle.value}{'' if live else ' (stale)'}")
     lines.append(f"instance:    {state.instance_id or '-'}")
     lines.append(f"roles:       {', '.join(state.roles) or '-'}")
     if state.agent:
+        running = "up since" if live else "not running; started"
         lines.append(
-            f"agent pid:   {state.agent.pid}, up since {_ago(state.agent.started_at, now)}"
+            f"agent pid:   {state.agent.pid}, {running} {_ago(state.agent.started_at, now)}"
         )
+    lines.append(f"saved:       {_ago(state.updated_at, now)}")
+    if state.containment:
+        lines.append(f"containment: {state.containment}")
     member = state.membership
     detail = f" ({member.detail})" if member.detail else ""
     lines.append(f"controller:  {member.standing.value} since {_ago(member.since, now)}{detail}")
@@ -52,12 +87,25 @@ def render_status(state: AgentState, now: float) -> str:
             f"tombstone:   instance {tomb.instance_id}: {tomb.reason} at {_ago(tomb.at, now)}"
         )
     lines.append("")
-    header = f"{'COMPONENT':<18} {'ROLE':<10} {'STATE':<9} {'PID':>7} {'RESTARTS':>8}  LAST EXIT"
+    header = (
+        f"{'COMPONENT':<18} {'ROLE':<10} {'STATE':<12} {'PID':>7} {'UPTIME':>7} "
+        f"{'RESTARTS':>8}  LAST EXIT"
+    )
     lines.append(header)
     for comp in state.components:
+        phase = _phase(comp, live)
         pid = str(comp.pid) if comp.pid else "-"
+        up = _uptime(comp.started, now) if phase in ("running", "unsupervised") else "-"
         last = _last_exit(comp.last_exit, comp.reason, comp.phase)
         lines.append(
-            f"{comp.name:<18} {comp.role:<10} {comp.phase:<9} {pid:>7} {comp.restarts:>8}  {last}"
+            f"{comp.name:<18} {comp.role:<10} {phase:<12} {pid:>7} {up:>7} "
+            f"{comp.restarts:>8}  {last}"
         )
+        if comp.next_retry and comp.phase == "backoff":
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(comp.next_retry))
+            lines.append(f"  next retry at {stamp}")
+        if comp.note:
+            lines.append(f"  note: {comp.note}")
+        for line in comp.tail[-TAIL_LINES:]:
+            lines.append(f"  | {line}")
     return "\n".join(lines)

@@ -1,25 +1,33 @@
 """`xce-agent stop`: stop the host's components on purpose, with or without a running agent.
 
-With an agent running, it is asked (SIGUSR2) to stop its components gracefully and exit.
-Without one (after `systemctl stop`, which leaves components running by design), the
-components recorded in the state are stopped here: their stop signal to the process group,
-their stop timeout, then SIGKILL; the state is updated under the agent's lock.
+With an agent running, it is asked (SIGUSR2) to stop its components gracefully and exit;
+then the state and the processes are checked, and what the agent left (it may have been
+killed mid-stop) is stopped here. Without one (after `systemctl stop`, which leaves
+components running by design), the components recorded in the state are stopped here:
+their stop signal to the process group, their stop timeout, then SIGKILL (the whole cgroup
+when they run in one); the state is updated while holding the state directory. The answer
+says what happened; a failure is an error, never "stopped".
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import select
 import signal
 import time
 from dataclasses import replace
+from pathlib import Path
 
-from xce_agent.agent import LOCK_FILE
+from xce_agent import single_agent
 from xce_agent.config import AgentConfig
-from xce_agent.state import AgentState, Lifecycle, StateStore
-from xce_agent.supervision.process import ProcessIdentity, boot_id, same_process
+from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
+from xce_agent.supervision.cgroups import CgroupTree
+from xce_agent.supervision.identity import ProcessIdentity, mismatch
+
+
+class StopFailed(Exception):
+    """Something still runs after `xce-agent stop`; the message says what."""
 
 
 def _wait_gone(pidfd: int, timeout: float) -> bool:
@@ -28,18 +36,23 @@ def _wait_gone(pidfd: int, timeout: float) -> bool:
 
 
 def stop_host(config: AgentConfig, timeout: float) -> str:
-    """What happened, as one line; raises TimeoutError when the agent did not stop in time."""
+    """What happened, as one line; TimeoutError or StopFailed when not everything stopped."""
     store = StateStore(config.state_directory)
     state = store.read_only()
     if state is None:
         return "nothing to stop: the agent has not run here"
     agent = state.agent
-    if agent is not None and same_process(agent.pid, agent.create_time):
-        return _ask_agent(agent.pid, timeout)
+    if agent is not None and single_agent.live_agent(agent):
+        _ask_agent(agent.pid, timeout)
+        after = store.read_only() or state
+        if after.lifecycle is Lifecycle.STOPPED and not _still_running(after):
+            return "components stopped, agent exited"
+        left = _stop_leftovers(config, store, after)
+        return f"the agent exited before stopping everything; {left}"
     return _stop_leftovers(config, store, state)
 
 
-def _ask_agent(pid: int, timeout: float) -> str:
+def _ask_agent(pid: int, timeout: float) -> None:
     pidfd = os.pidfd_open(pid)
     try:
         os.kill(pid, signal.SIGUSR2)
@@ -47,46 +60,74 @@ def _ask_agent(pid: int, timeout: float) -> str:
             raise TimeoutError(f"the agent (pid {pid}) did not stop within {timeout:g}s")
     finally:
         os.close(pidfd)
-    return "components stopped, agent exited"
+
+
+def _identity(record: ComponentRecord) -> ProcessIdentity | None:
+    identity = ProcessIdentity.from_json(record.identity) if record.identity else None
+    return identity if identity is not None and not mismatch(identity) else None
+
+
+def _tree(state: AgentState) -> CgroupTree | None:
+    root = Path(state.cgroup_root) if state.cgroup_root else None
+    return CgroupTree(root) if root is not None and root.is_dir() else None
+
+
+def _still_running(state: AgentState) -> list[str]:
+    tree = _tree(state)
+    names = [c.name for c in state.components if _identity(c) is not None]
+    names += [n for n in (tree.names() if tree else ()) if tree and tree.populated(n)]
+    return sorted(set(names))
 
 
 def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -> str:
-    lock = os.open(config.state_directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(lock)
-        raise TimeoutError("an agent holds the state directory but is not recorded") from None
+        held = single_agent.acquire(config.state_directory)
+    except single_agent.AlreadyRunning:
+        raise StopFailed("an agent holds the state directory but is not recorded") from None
     try:
         specs = {c.name: c for c in config.components}
+        tree = _tree(state)
         stopped = []
         for record in state.components:
-            identity = ProcessIdentity.from_json(record.identity) if record.identity else None
-            if identity is None or identity.boot_id != boot_id():
-                continue
-            if not same_process(identity.pid, identity.create_time):
-                continue
+            identity = _identity(record)
             spec = specs.get(record.name)
-            _stop_group(
-                identity.pid,
-                spec.stop_signal if spec else signal.SIGTERM,
-                spec.stop_timeout if spec else 10.0,
-            )
-            stopped.append(record.name)
+            if identity is not None:
+                signum = spec.stop_signal if spec else identity.stop_signal
+                wait = spec.stop_timeout if spec else identity.stop_timeout
+                _stop_group(identity.pid, signum, wait)
+                stopped.append(record.name)
+            if tree is not None and tree.populated(record.name):
+                tree.kill(record.name)
+                stopped.append(record.name)
+        for name in tree.names() if tree else ():
+            if tree is not None and tree.populated(name):
+                tree.kill(name)  # a component no record names: nothing of it may stay
+                stopped.append(name)
+        left = _wait_all_gone(state, tree, 5.0)
         comps = tuple(
             replace(c, phase="stopped", pid=None, identity=None, since=time.time())
-            if c.name in stopped
+            if c.name in stopped and c.name not in left
             else c
             for c in state.components
         )
-        store.save(
-            replace(state, components=comps, lifecycle=Lifecycle.STOPPED, updated_at=time.time())
-        )
+        lifecycle = Lifecycle.STOPPED if not left else state.lifecycle
+        store.save(replace(state, components=comps, lifecycle=lifecycle, updated_at=time.time()))
     finally:
-        os.close(lock)
+        held.release()
+    if left:
+        raise StopFailed(f"still running after the stop: {', '.join(left)}")
     if not stopped:
         return "nothing to stop: no agent and no recorded component is running"
-    return f"no agent was running; stopped {', '.join(stopped)}"
+    return f"no agent was running; stopped {', '.join(sorted(set(stopped)))}"
+
+
+def _wait_all_gone(state: AgentState, tree: CgroupTree | None, timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = _still_running(state)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)
 
 
 def _stop_group(pid: int, signum: int, timeout: float) -> None:

@@ -6,6 +6,7 @@ document, each getter records a problem instead of raising, and the caller repor
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -15,6 +16,9 @@ from xce_protocol.yamlsource import LineDict, LineList
 _MISSING = object()
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# The longest duration any config accepts: 7 days. Timers built from it stay far below the
+# 2**31 ms that poll/epoll and most platforms' timers take, and every value is finite.
+MAX_DURATION = 7 * 86400.0
 
 
 def describe(value: object) -> str:
@@ -97,7 +101,8 @@ class Checker:
             self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
             return None
         text = str(value)
-        if not text.strip() or (pattern is not None and not pattern.match(text)):
+        bad = not text.strip() or "\x00" in text
+        if bad or (pattern is not None and not pattern.match(text)):
             self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
             return None
         return text
@@ -141,6 +146,7 @@ class Checker:
         if value is _MISSING:
             return default
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)
         if ok and minimum is not None and value < minimum:
             ok = False
         if ok and maximum is not None and value > maximum:
@@ -159,15 +165,17 @@ class Checker:
         minimum: float = 0.0,
         positive: bool = False,
         required: bool = False,
+        maximum: float = MAX_DURATION,
     ) -> float | None:
-        """Seconds, given as a number or as '500ms', '30s', '5m', '1h'."""
-        qualifier = "greater than 0" if positive else f">= {minimum:g}s"
-        expected = f"a duration {qualifier} (seconds, or like 500ms, 30s, 5m, 1h)"
+        """Seconds, given as a number or as '500ms', '30s', '5m', '1h'; finite, <= maximum."""
+        low = "greater than 0 and" if positive else f"from {minimum:g}s to"
+        expected = f"a duration {low} {_human(maximum)} (seconds, or like 500ms, 30s, 5m, 1h)"
         value = self._get(parent, key, path, expected, required)
         if value is _MISSING:
             return default
         seconds = parse_duration(value)
         bad = seconds is None or seconds < minimum or (positive and seconds <= 0)
+        bad = bad or seconds is None or seconds > maximum
         if bad:
             self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
             return None
@@ -204,7 +212,12 @@ class Checker:
             return None
         result: list[str] = []
         for index, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, (str, int, float)) or item == "":
+            if (
+                isinstance(item, bool)
+                or not isinstance(item, (str, int, float))
+                or item == ""
+                or "\x00" in str(item)
+            ):
                 self.report(
                     f"{join_path(path, key)}[{index}]",
                     "a non-empty string",
@@ -221,10 +234,11 @@ class Checker:
             return {} if key not in parent else None
         result: dict[str, str] = {}
         for name, value in node.items():
-            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            scalar = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+            if not scalar or "\x00" in str(value):
                 self.report(
                     join_path(join_path(path, key), name),
-                    "a string",
+                    "a string without NUL",
                     describe(value),
                     node.key_lines.get(name, node.line),
                 )
@@ -238,12 +252,20 @@ def parse_duration(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str) and len(value) <= 40:
         match = _DURATION.match(value)
         if match:
-            return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+            return seconds if math.isfinite(seconds) else None
     return None
+
+
+def _human(seconds: float) -> str:
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _range_text(kind: str, minimum: float | None, maximum: float | None) -> str:

@@ -2,16 +2,29 @@
 
 Validation messages must name the line a problem is on, and PyYAML's plain loader
 forgets positions. Duplicate keys, which PyYAML silently collapses, are reported.
+
+Hostile files are refused before any object is built: only regular files are read (a FIFO
+would block), at most MAX_CONFIG_BYTES; nesting deeper than MAX_DEPTH, an alias or a
+collection used as a mapping key, and documents whose aliases expand to more than MAX_NODES
+nodes are errors of one line.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 MAX_CONFIG_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+MAX_NODES = 200_000
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """A document the loader refuses to build (too deep, too large once expanded)."""
 
 
 class LineDict(dict):  # type: ignore[type-arg]
@@ -32,6 +45,22 @@ class _Loader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.duplicates: list[tuple[str, int]] = []
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # Mapping keys are composed with index None: an alias there is the classic bomb.
+        if isinstance(parent, yaml.MappingNode) and index is None:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            if not isinstance(event, yaml.ScalarEvent):
+                raise _Refused(None, None, "expected a plain mapping key", event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise _Refused(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_yaml_map(self, node: yaml.MappingNode) -> Any:
         data = LineDict()
@@ -73,13 +102,18 @@ def load_text(text: str, origin: str) -> LineDict:
         raise SourceError(f"{origin}: expected a YAML mapping, got an empty file")
     loader = _Loader(text)
     try:
-        data = loader.get_single_data()
+        node = loader.get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" (line {mark.line + 1} column {mark.column + 1})" if mark else ""
         raise SourceError(f"{origin}: not valid YAML: {exc.problem}{where}") from None
     except yaml.YAMLError as exc:
         raise SourceError(f"{origin}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise SourceError(f"{origin}: not valid YAML: nested too deeply") from None
     finally:
         loader.dispose()
     if loader.duplicates:
@@ -92,19 +126,77 @@ def load_text(text: str, origin: str) -> LineDict:
     return data
 
 
-def load_file(path: Path) -> LineDict:
-    """Read and parse a YAML file; every failure becomes a one-line SourceError."""
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuse a document whose aliases would expand to more than MAX_NODES nodes."""
+    sizes: dict[int, int] = {}
+    # Iterative post-order walk: each distinct node is sized once, aliases reuse the size.
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if done or not children:
+            size = 1 + sum(sizes.get(id(child), 1) for child in children)
+            if size > MAX_NODES:
+                problem = f"expands to more than {MAX_NODES} nodes"
+                raise _Refused(None, None, problem, node.start_mark)
+            sizes[id(node)] = size
+            continue
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in sizes)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """At most `limit` bytes of a regular file; SourceError (one line) for anything else.
+
+    Opened non-blocking so a FIFO or a device never hangs the caller, then checked with
+    fstat, so what is read is what was checked.
+    """
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except FileNotFoundError:
         raise SourceError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise SourceError(f"{path}: expected a file, got a directory") from None
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise SourceError(f"{path}: expected a file, got a directory")
+        if not stat.S_ISREG(mode):
+            raise SourceError(f"{path}: expected a regular file, got {_file_kind(mode)}")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = handle.read(limit + 1)
     except OSError as exc:
         raise SourceError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise SourceError(f"{path}: expected at most {MAX_CONFIG_BYTES} bytes, got more")
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise SourceError(f"{path}: expected at most {limit} bytes, got more")
+    return raw
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
+
+
+def load_file(path: Path) -> LineDict:
+    """Read and parse a YAML file; every failure becomes a one-line SourceError."""
+    raw = read_regular_file(path, MAX_CONFIG_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

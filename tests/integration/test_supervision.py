@@ -229,14 +229,36 @@ def test_failing_tcp_probe_restarts_the_component(make: Callable[..., Harness]) 
     assert h.sup.state("c").last_exit is not None
 
 
-def test_passing_exec_probe_keeps_the_component(make: Callable[..., Harness]) -> None:
-    probe = ProbeSpec(ProbeKind.EXEC, command=("/bin/true",), initial_delay=0.0, period=0.05)
+def test_passing_exec_probe_keeps_the_component(
+    make: Callable[..., Harness], tmp_path: Path
+) -> None:
+    runs = tmp_path / "probe-runs"
+    command = ("/bin/sh", "-c", f"echo run >> {runs}")
+    probe = ProbeSpec(ProbeKind.EXEC, command=command, initial_delay=0.0, period=0.05)
     h = make("import time; time.sleep(60)", liveness=probe)
     h.sup.start_all()
     h.run_until(lambda: h.phase() is Phase.RUNNING)
-    time.sleep(0.3)
-    h.run_until(lambda: h.sup.state("c").probe_next is not None, 2)
-    assert h.sup.state("c").restarts == 0
+    pid = h.sup.state("c").pid
+    h.run_until(lambda: runs.exists() and len(runs.read_text().splitlines()) >= 5)
+    assert h.sup.state("c").restarts == 0 and h.sup.state("c").pid == pid
+
+
+def test_failing_exec_probe_restarts_the_component(
+    make: Callable[..., Harness], tmp_path: Path
+) -> None:
+    runs = tmp_path / "probe-runs"
+    command = ("/bin/sh", "-c", f"echo run >> {runs}; exit 1")
+    probe = ProbeSpec(
+        ProbeKind.EXEC, command=command, initial_delay=0.0, period=0.05, failure_threshold=1
+    )
+    h = make("import time; time.sleep(60)", liveness=probe)
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    first = h.sup.state("c").pid
+    h.run_until(lambda: h.sup.state("c").restarts >= 1 and h.phase() is Phase.RUNNING)
+    assert h.sup.state("c").pid != first
+    assert runs.read_text().count("run") >= 1
+    assert h.sup.state("c").last_exit is not None
 
 
 def test_http_probe_follows_the_status_code() -> None:

@@ -98,13 +98,13 @@ BAD = [
     ),
     (
         minimal("        restart:\n          give_up: {starts: three, window: 1m}\n"),
-        "roles.worker.components.w.restart.give_up.starts: expected an integer >= 1, "
+        "roles.worker.components.w.restart.give_up.starts: expected an integer from 1 to 10000, "
         "got 'three' (F line 10)",
     ),
     (
         minimal("        stop_timeout: soon\n"),
-        "roles.worker.components.w.stop_timeout: expected a duration >= 0s (seconds, or like "
-        "500ms, 30s, 5m, 1h), got 'soon' (F line 9)",
+        "roles.worker.components.w.stop_timeout: expected a duration from 0s to 168h "
+        "(seconds, or like 500ms, 30s, 5m, 1h), got 'soon' (F line 9)",
     ),
     (
         minimal("        stop_signal: SIGFOO\n"),
@@ -134,8 +134,8 @@ BAD = [
     (
         minimal("        comand: x\n"),
         "roles.worker.components.w.comand: expected one of the keys command, "
-        "decommission_exit_codes, environment, group, liveness_probe, restart, stop_signal, "
-        "stop_timeout, user, working_directory, got unknown key 'comand' (F line 9)",
+        "decommission_exit_codes, environment, group, limits, liveness_probe, restart, "
+        "stop_signal, stop_timeout, user, working_directory, got unknown key 'comand' (F line 9)",
     ),
     (
         "version: 1\ninstance:\n  id: i-1\nroles:\n  wrker:\n    components: {}\n",

@@ -229,15 +229,27 @@ def test_exit_of_an_old_pid_is_ignored() -> None:
 
 
 def test_spawn_failure_backs_off_and_gives_up() -> None:
+    """Three failed spawns within the window: backoff 0.5 s, then 1 s, then FATAL, exactly."""
     d = Driver(spec(give_up_starts=3, initial_delay=0.5))
     d.state = m.step(d.spec, d.state, m.Start(), 0).state
-    for _ in range(5):
-        d.state = m.step(d.spec, d.state, m.SpawnFailed("/x: No such file"), d.now).state
+    assert d.phase() is m.Phase.STARTING
+    phases, waits = [], []
+    for _ in range(3):
+        t = m.step(d.spec, d.state, m.SpawnFailed("/x: No such file"), d.now)
+        d.state = t.state
+        phases.append(d.phase())
         if d.phase() is m.Phase.BACKOFF:
-            d.now = d.state.deadline or d.now
-            d.state = m.step(d.spec, d.state, m.Timer(), d.now).state
-    assert d.state.phase in (m.Phase.STARTING, m.Phase.FATAL, m.Phase.BACKOFF)
+            assert d.state.deadline is not None and t.actions == ()
+            waits.append(d.state.deadline - d.now)
+            d.now = d.state.deadline
+            timer = m.step(d.spec, d.state, m.Timer(), d.now)
+            d.state = timer.state
+            assert d.phase() is m.Phase.STARTING and timer.actions == (m.Spawn(),)
+    assert phases == [m.Phase.BACKOFF, m.Phase.BACKOFF, m.Phase.FATAL]
+    assert waits == [0.5, 1.0]
     assert d.state.last_exit == m.ExitInfo(None, None, "/x: No such file")
+    assert "crash loop: 3 starts" in d.state.reason
+    assert m.next_deadline(d.state) is None  # FATAL waits for an operator, not a timer
 
 
 def probe_spec() -> ComponentSpec:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def test_status_line_and_view() -> None:
     state = sample()
     assert status_line(state) == "worker: w running pid 42; no controller configured"
     view = render_status(state, 0.0)
-    assert "w                  worker     running        42        2" in view
+    assert "w                  worker     running           42       -        2" in view
     gone = MembershipState(Standing.DECOMMISSIONED, 1.0, "n1", "reclaimed by provider", "i-1")
     tomb = AgentState(membership=gone)
     assert status_line(tomb) == "decommissioned: reclaimed by provider"
@@ -111,3 +112,24 @@ def test_status_shows_refusals_retry_after_and_each_exit_once() -> None:
 )
 def test_demo_hint_fits_how_the_agent_was_installed(where: str, hint: str) -> None:
     assert hint in install_hint(where)
+
+
+def test_status_shows_uptime_next_retry_note_tail_and_staleness() -> None:
+    comps = (
+        ComponentRecord("up", "worker", "running", pid=7, started=1000.0, tail=("a", "b")),
+        ComponentRecord(
+            "later", "worker", "backoff", next_retry=2000.0, note="restarting: command changed"
+        ),
+    )
+    state = AgentState(
+        lifecycle=Lifecycle.RUNNING, components=comps, containment="process groups: x"
+    )
+    view = render_status(state, 1090.0)
+    assert "  90s " in view and "  | a\n  | b" in view
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(2000.0))
+    assert f"next retry at {stamp}" in view
+    assert "note: restarting: command changed" in view
+    assert "containment: process groups: x" in view
+    stale = render_status(state, 1090.0, live=False)
+    assert stale.startswith("STALE: the agent is not running")
+    assert "lifecycle:   running (stale)" in stale and " gone " in stale

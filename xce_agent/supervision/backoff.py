@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from xce_agent.supervision.spec import RestartSpec
 
+# Past this many doublings any delay is at its cap: the power never overflows a float.
+_MAX_EXPONENT = 64
+
 
 def restart_delay(spec: RestartSpec, rapid_exits: int, rand: float) -> float:
     """Delay before the restart that follows `rapid_exits` short-lived runs in a row.
@@ -13,7 +16,8 @@ def restart_delay(spec: RestartSpec, rapid_exits: int, rand: float) -> float:
     if rapid_exits <= 1:
         base = spec.initial_delay
     else:
-        base = spec.delay * spec.multiplier ** (rapid_exits - 2)
+        exponent = min(rapid_exits - 2, _MAX_EXPONENT)
+        base = spec.delay * spec.multiplier**exponent
     base = min(base, spec.max_delay)
     spread = base * spec.jitter * (2.0 * rand - 1.0)
     return max(0.0, min(spec.max_delay, base + spread))

@@ -1,11 +1,11 @@
 """Start, watch, signal and re-adopt component processes: the kernel side of supervision.
 
-Each component runs in its own session and process group, so the whole group can be
-signalled. Exits are noticed through a pidfd, which works for our children and for
-processes we adopted after an agent restart (we are not their parent then, so their exit
-status is unknown). Output goes into a named pipe in the state directory that both the
-agent and the child hold open read-write: the child never gets EPIPE while the agent
-restarts, and the next agent reads on from where the previous one stopped.
+Each component runs in its own session and process group and, where the agent has a
+delegated cgroup, in its own cgroup (see cgroups.py), so everything it forks can be
+signalled and killed. Exits are noticed through a pidfd, which works for our children and
+for processes we adopted after an agent restart (we are not their parent then, so their
+exit status is unknown). Adoption checks the full recorded identity (identity.py) and, when
+contained, that the process is still in the component's cgroup.
 """
 
 from __future__ import annotations
@@ -17,60 +17,31 @@ import grp
 import logging
 import os
 import pwd
-import stat
+import signal
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 
-import psutil
-
+from xce_agent.supervision.cgroups import CgroupTree
+from xce_agent.supervision.identity import (
+    ProcessIdentity,
+    boot_id,
+    mismatch,
+    observe,
+    spec_digest,
+)
+from xce_agent.supervision.output import OutputPipe
 from xce_agent.supervision.spec import ComponentSpec
 
 log = logging.getLogger(__name__)
+__all__ = ["Adoption", "Handle", "ProcessIdentity", "ProcessRunner", "SpawnError", "boot_id"]
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Variables that belong to the agent's own service and must not leak into components.
 _PRIVATE_ENV = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID")
 
 
 class SpawnError(Exception):
     """The component could not be started; the message says why in one line."""
-
-
-@dataclass(frozen=True)
-class ProcessIdentity:
-    """What makes a pid the process we started, across agent restarts.
-
-    `cmdline` is the configured command it was started with: a changed config does not
-    adopt a process started from the old one.
-    """
-
-    pid: int
-    create_time: float
-    cmdline: tuple[str, ...]
-    boot_id: str
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "pid": self.pid,
-            "create_time": self.create_time,
-            "cmdline": list(self.cmdline),
-            "boot_id": self.boot_id,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ProcessIdentity | None:
-        try:
-            pid, created = data["pid"], data["create_time"]
-            cmdline, boot = data["cmdline"], data["boot_id"]
-        except KeyError:
-            return None
-        if not (isinstance(pid, int) and isinstance(created, (int, float))):
-            return None
-        if not (isinstance(cmdline, list) and isinstance(boot, str)):
-            return None
-        return cls(pid, float(created), tuple(str(x) for x in cmdline), boot)
 
 
 @dataclass
@@ -86,47 +57,29 @@ class Handle:
         return self.identity.pid
 
 
-@functools.lru_cache(maxsize=1)
-def boot_id() -> str:
-    """This boot's id; a pid recorded under another boot id is never adopted."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+@dataclass(frozen=True)
+class Adoption:
+    """What became of a recorded process: a handle, and whether it must be replaced."""
+
+    handle: Handle | None
+    replace: str = ""  # why the adopted process is to be stopped and started anew
+    gone: str = ""  # why nothing was adopted
 
 
-def identify(pid: int) -> ProcessIdentity | None:
-    try:
-        cmdline = tuple(psutil.Process(pid).cmdline())
-    except (psutil.Error, OSError):
-        return None
-    created = create_time(pid)
-    return ProcessIdentity(pid, created, cmdline, boot_id()) if created else None
+def digest_of(spec: ComponentSpec) -> str:
+    return spec_digest(
+        {
+            "command": spec.command,
+            "user": spec.user,
+            "group": spec.group,
+            "environment": dict(spec.environment),
+            "working_directory": spec.working_directory,
+        }
+    )
 
 
-@functools.lru_cache(maxsize=1)
-def _boot_time() -> float:
-    return psutil.boot_time()
-
-
-def same_process(pid: int, started: float) -> bool:
-    """`pid` is still the process that started at `started` (epoch seconds, as recorded)."""
-    created = create_time(pid)
-    return bool(created) and abs(created - started) <= 0.05
-
-
-def create_time(pid: int) -> float:
-    """When `pid` started, in epoch seconds (psutil's formula, with the boot time cached)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return _boot_time() + int(fields[19]) / _CLOCK_TICKS
-
-
-# Every component carries these, so a restarted agent can find a process it started but
-# crashed before recording (the one window where a pid could go unrecorded).
+# Every component carries these, for the programs it runs; the agent never adopts by them
+# (jobs inherit them too).
 MARK_COMPONENT = "XCE_AGENT_COMPONENT"
 MARK_OWNER = "XCE_AGENT_OWNER"
 
@@ -171,50 +124,18 @@ def _credentials(spec: ComponentSpec) -> Credentials:
     return Credentials(entry.pw_uid, gid, os.getgrouplist(entry.pw_name, gid))
 
 
-class OutputPipe:
-    """The named pipe a component writes its stdout and stderr into."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        if path.exists() and not stat.S_ISFIFO(path.lstat().st_mode):
-            path.unlink()
-        if not path.exists():
-            os.mkfifo(path, 0o600)
-        # Read-write keeps the pipe open with no writer, so reads never hit EOF.
-        self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-        self._partial = b""
-
-    def child_fd(self) -> int:
-        return os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-
-    def read_lines(self) -> list[str]:
-        chunks = []
-        while True:
-            try:
-                data = os.read(self.fd, 65536)
-            except BlockingIOError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-        buffer = self._partial + b"".join(chunks)
-        *lines, self._partial = buffer.split(b"\n")
-        if len(self._partial) > 65536:  # a runaway line without newline
-            lines.append(self._partial)
-            self._partial = b""
-        return [line.decode("utf-8", "replace").rstrip("\r") for line in lines]
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
-
-
 class ProcessRunner:
     """Real processes; tests of the agent wiring may substitute a fake with the same methods."""
 
-    def __init__(self, base_env: Mapping[str, str] | None = None, owner: str = "") -> None:
+    def __init__(
+        self,
+        base_env: Mapping[str, str] | None = None,
+        owner: str = "",
+        cgroups: CgroupTree | None = None,
+    ) -> None:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.owner = owner  # who started the process (the agent's state directory)
+        self.cgroups = cgroups
         self._envs: dict[str, dict[str, str]] = {}
         self._extra: dict[str, dict[str, str]] = {}
         self._fds: dict[str, tuple[int, ...]] = {}
@@ -225,10 +146,19 @@ class ProcessRunner:
         self._fds[name] = fds
         self._envs.pop(name, None)
 
+    def extra_env(self, name: str) -> dict[str, str]:
+        return dict(self._extra.get(name, {}))
+
+    def forget_env(self, name: str) -> None:
+        self._envs.pop(name, None)
+
     def spawn(self, spec: ComponentSpec, output: OutputPipe | None) -> Handle:
         out = output.child_fd() if output else subprocess.DEVNULL
+        procs = -1
         try:
             creds = _credentials(spec)
+            if self.cgroups is not None:
+                procs = self.cgroups.open_procs(spec.name, spec.limits)
             popen = subprocess.Popen(
                 list(spec.command),
                 stdin=subprocess.DEVNULL,
@@ -241,14 +171,26 @@ class ProcessRunner:
                 group=creds.group,
                 extra_groups=creds.extra_groups,
                 pass_fds=self._fds.get(spec.name, ()),
+                # Runs in the child between fork and exec: one write, no Python-level locks.
+                # The child is in its cgroup before it can fork anything.
+                preexec_fn=(  # noqa: PLW1509 - a C call only, see above
+                    functools.partial(os.write, procs, b"0") if procs >= 0 else None
+                ),
             )
         except (OSError, KeyError, ValueError, SpawnError, subprocess.SubprocessError) as exc:
             raise SpawnError(_spawn_error_text(spec, exc)) from None
         finally:
             if output is not None and isinstance(out, int) and out >= 0:
                 os.close(out)
+            if procs >= 0:
+                os.close(procs)
         pidfd = os.pidfd_open(popen.pid)
-        identity = ProcessIdentity(popen.pid, create_time(popen.pid), spec.command, boot_id())
+        cgroup = self.cgroups.relative(spec.name) if self.cgroups else ""
+        identity = replace(
+            observe(popen.pid, spec.command, digest_of(spec), cgroup),
+            stop_signal=spec.stop_signal,
+            stop_timeout=spec.stop_timeout,
+        )
         return Handle(identity, pidfd, popen)
 
     def _env(self, spec: ComponentSpec) -> dict[str, str]:
@@ -259,37 +201,35 @@ class ProcessRunner:
             self._envs[spec.name] = env
         return env
 
-    def adopt(self, recorded: ProcessIdentity, spec: ComponentSpec) -> Handle | None:
-        """A handle on the recorded process if it is still the same one, else None."""
-        if recorded.boot_id != boot_id() or recorded.cmdline != spec.command:
-            return None
+    def adopt(self, recorded: ProcessIdentity, spec: ComponentSpec) -> Adoption:
+        """A handle on the recorded process if it is still that process, else why not."""
         try:
             pidfd = os.pidfd_open(recorded.pid)
         except OSError:
-            return None
-        # pid + start time (+ boot id) names one process; the pidfd was opened before the
-        # check, so a pid reused after it cannot slip in. The command line is not compared
-        # with /proc: a script's interpreter or a process title would make it differ.
-        if not same_process(recorded.pid, recorded.create_time):
+            return Adoption(None, gone="no process with that pid")
+        # The pidfd was opened before the checks, so a pid reused after them cannot slip in.
+        # Any mismatch means "gone": an edited state file must not make us signal a stranger
+        # (a process of ours that changed itself is killed with its cgroup before the start).
+        why = mismatch(recorded)
+        if why:
             os.close(pidfd)
-            return None
-        return Handle(recorded, pidfd, None)
-
-    def find_marked(self, spec: ComponentSpec) -> ProcessIdentity | None:
-        """A running group leader this owner started for `spec`, found by its markers."""
-        if not self.owner:
-            return None
-        for proc in psutil.process_iter(["pid"]):
-            try:
-                env = proc.environ()
-                if env.get(MARK_COMPONENT) != spec.name or env.get(MARK_OWNER) != self.owner:
-                    continue
-                if os.getpgid(proc.pid) != proc.pid:
-                    continue
-                return ProcessIdentity(proc.pid, create_time(proc.pid), spec.command, boot_id())
-            except (psutil.Error, OSError):
-                continue
-        return None
+            return Adoption(None, gone=why)
+        if self.cgroups is not None and not self.cgroups.contains(spec.name, recorded.pid):
+            if recorded.cgroup:
+                os.close(pidfd)
+                return Adoption(None, gone="not in the component's cgroup")
+            # Started before the agent had a delegated cgroup (an upgrade): move it in.
+            self.cgroups.move(spec.name, recorded.pid)
+            recorded = replace(recorded, cgroup=self.cgroups.relative(spec.name))
+        handle = Handle(recorded, pidfd, None)
+        changed = (
+            recorded.digest != digest_of(spec)
+            if recorded.digest
+            else recorded.command != spec.command
+        )
+        if changed:
+            return Adoption(handle, replace="its configured command or settings changed")
+        return Adoption(handle)
 
     def reap(self, handle: Handle) -> tuple[int | None, int | None]:
         """(exit code, killing signal) once the pidfd said it exited; unknown if adopted."""
@@ -301,9 +241,24 @@ class ProcessRunner:
             return None, -returncode
         return returncode, None
 
-    def signal_group(self, pid: int, signum: int) -> None:
+    def signal_group(self, pid: int, signum: int, name: str = "") -> None:
+        """`signum` to the process group of `pid`; SIGKILL takes the whole cgroup when contained."""
+        if name and self.cgroups is not None and signum == signal.SIGKILL:
+            self.cgroups.kill(name)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signum)
+
+    def kill_leftovers(self, name: str) -> int:
+        """SIGKILL whatever is still in the component's cgroup; how many there were."""
+        if self.cgroups is None or not self.cgroups.populated(name):
+            return 0
+        count = len(self.cgroups.pids(name))
+        self.cgroups.kill(name)
+        return count
+
+    def contained_alive(self, name: str) -> bool:
+        """Something still runs in the component's cgroup (always False without cgroups)."""
+        return self.cgroups is not None and self.cgroups.populated(name)
 
 
 def _spawn_error_text(spec: ComponentSpec, exc: BaseException) -> str:

@@ -22,6 +22,10 @@ from typing import Protocol
 
 log = logging.getLogger(__name__)
 
+# The longest single wait: far below the 2**31 ms epoll/poll accept, so no timer, however
+# far away, can overflow select (a later timer just costs one more wake-up an hour).
+MAX_WAIT = 3600.0
+
 
 class Clock(Protocol):
     def monotonic(self) -> float: ...
@@ -145,7 +149,7 @@ class Reactor:
             timeout = max(0.0, self._timers[0].when - self.clock.monotonic())
         if max_wait is not None:
             timeout = max_wait if timeout is None else min(timeout, max_wait)
-        return timeout
+        return MAX_WAIT if timeout is None else min(timeout, MAX_WAIT)
 
     def _run_pending(self) -> None:
         while True:

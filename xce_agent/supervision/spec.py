@@ -57,6 +57,18 @@ class ProbeSpec:
 
 
 @dataclass(frozen=True)
+class ResourceLimits:
+    """Per-component cgroup limits (memory.max, cpu.weight, pids.max); None leaves it open."""
+
+    memory_max: int | None = None
+    cpu_weight: int | None = None
+    tasks_max: int | None = None
+
+    def any(self) -> bool:
+        return (self.memory_max, self.cpu_weight, self.tasks_max) != (None, None, None)
+
+
+@dataclass(frozen=True)
 class ComponentSpec:
     """One supervised program."""
 
@@ -72,3 +84,4 @@ class ComponentSpec:
     restart: RestartSpec = field(default_factory=RestartSpec)
     liveness: ProbeSpec | None = None
     decommission_exit_codes: frozenset[int] = frozenset()
+    limits: ResourceLimits = field(default_factory=ResourceLimits)

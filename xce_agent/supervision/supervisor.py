@@ -1,4 +1,10 @@
-"""Drive one state machine per component with real processes, pidfds, probes and timers."""
+"""Drive one state machine per component with real processes, pidfds, probes and timers.
+
+The set of components can change while running (`add`, `replace`, `remove`: a reloaded
+config); a removed component is stopped to the end and leaves the state only once nothing
+of it runs. Output is read in bounded bites (output.py), so a flooding component never
+delays another one's exit handling.
+"""
 
 from __future__ import annotations
 
@@ -14,23 +20,20 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from xce_agent.supervision import machine as m
+from xce_agent.supervision.cgroups import CgroupTree
+from xce_agent.supervision.identity import ProcessIdentity
+from xce_agent.supervision.output import PAUSE, OutputPipe
 from xce_agent.supervision.probes import run_probe
-from xce_agent.supervision.process import (
-    Handle,
-    OutputPipe,
-    ProcessIdentity,
-    ProcessRunner,
-    SpawnError,
-    same_process,
-)
+from xce_agent.supervision.process import Handle, ProcessRunner, SpawnError
 from xce_agent.supervision.reactor import Reactor, TimerHandle
-from xce_agent.supervision.spec import ComponentSpec, ProbeSpec
+from xce_agent.supervision.spec import ComponentSpec, ProbeSpec, RestartPolicy, RestartSpec
 
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("xce_agent.component")
 
 ChangeCallback = Callable[[str, m.ComponentState], None]
 DecommissionCallback = Callable[[str, int], None]
+_BUSY = (m.Phase.RUNNING, m.Phase.STARTING, m.Phase.STOPPING)
 
 
 def _ignore_change(name: str, state: m.ComponentState) -> None:
@@ -44,9 +47,10 @@ def _ignore_decommission(name: str, code: int) -> None:
 class Supervisor:
     """Owns the components' processes; all methods run on the reactor's thread.
 
-    The owner sees a narrow API: start or stop a component or a role, read a component's
-    state, adopt or retire a process a previous agent left. The runner, the states and the
-    process handles stay private, so only the machine's transitions change them.
+    The owner sees a narrow API: start, stop or restart a component or a role, read a
+    component's state, adopt or retire a process a previous agent left, change the set of
+    components. The runner, the states and the process handles stay private, so only the
+    machine's transitions change them.
     """
 
     def __init__(
@@ -59,45 +63,76 @@ class Supervisor:
         on_decommission_exit: DecommissionCallback = _ignore_decommission,
         rand: Callable[[], float] = random.random,
         probe: Callable[[ProbeSpec], tuple[bool, str]] = run_probe,
+        on_output: Callable[[str], None] | None = None,
     ) -> None:
-        self.specs = {spec.name: spec for spec in specs}
+        self.specs: dict[str, ComponentSpec] = {}
+        self.on_output = on_output
+        self._states: dict[str, m.ComponentState] = {}
         self.reactor = reactor
         self._runner = runner or ProcessRunner()
-        self._states = {name: m.ComponentState() for name in self.specs}
         self._handles: dict[str, Handle] = {}
         self.on_change = on_change
         self.on_decommission_exit = on_decommission_exit
+        self.retiring: set[str] = set()  # removed from the config, stopping to the end
+        self.notes: dict[str, str] = {}  # the last thing an operator should know, per component
         self._rand = rand
         self._probe = probe
         self._timers: dict[str, TimerHandle] = {}
+        self._drains: dict[str, TimerHandle] = {}
         self._queue: deque[tuple[str, m.Event]] = deque()
         self._draining = False
+        self._output_dir = output_dir
         self.outputs: dict[str, OutputPipe] = {}
+        self._paused: set[str] = set()
+        self._killed: set[str] = set()
         if output_dir is not None:
             output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for name in self.specs:
-                pipe = OutputPipe(output_dir / f"{name}.out")
-                self.outputs[name] = pipe
-                reactor.add_reader(pipe.fd, functools.partial(self._read_output, name))
+        for spec in specs:
+            self.add(spec)
+
+    # --- the set of components --------------------------------------------------------
+    def add(self, spec: ComponentSpec) -> None:
+        self.specs[spec.name] = spec
+        self._states.setdefault(spec.name, m.ComponentState())
+        if self._output_dir is not None and spec.name not in self.outputs:
+            pipe = OutputPipe(self._output_dir / f"{spec.name}.out")
+            self.outputs[spec.name] = pipe
+            self.reactor.add_reader(pipe.fd, functools.partial(self._read_output, spec.name))
+
+    def replace(self, spec: ComponentSpec, reason: str) -> None:
+        """A changed config for a known component: applied now, restarting it if it runs."""
+        self.specs[spec.name] = spec
+        self._runner.forget_env(spec.name)
+        if self._states[spec.name].phase in _BUSY:
+            self.restart(spec.name, reason)
+
+    def remove(self, name: str, reason: str) -> None:
+        """Stop `name` to the end (SIGKILL after its timeout), then forget it."""
+        self.retiring.add(name)
+        self.post(name, m.Stop(reason))
+        self._maybe_forget(name)
 
     # --- commands ---------------------------------------------------------------------
     def start(self, name: str, reason: str = "requested") -> None:
+        if name in self.retiring:
+            return  # removed from the config: it only stops
         self.post(name, m.Start(reason))
 
     def start_all(self, reason: str = "agent started") -> None:
         for name in self.specs:
-            if self._states[name].phase is not m.Phase.RUNNING:
+            if self._states[name].phase is not m.Phase.RUNNING and name not in self.retiring:
                 self.start(name, reason)
 
     def stop(self, name: str, reason: str = "requested") -> None:
         self.post(name, m.Stop(reason))
 
     def stop_all(self, reason: str = "requested") -> None:
-        for name in self.specs:
+        for name in list(self.specs):
             self.stop(name, reason)
 
     def role(self, role: str) -> list[str]:
-        return [name for name, spec in self.specs.items() if spec.role == role]
+        specs = self.specs.items()
+        return [name for name, spec in specs if spec.role == role and name not in self.retiring]
 
     def start_role(self, role: str, reason: str) -> None:
         for name in self.role(role):
@@ -117,62 +152,89 @@ class Supervisor:
 
     def role_down(self, role: str) -> bool:
         """No component of the role runs, starts or stops."""
-        busy = (m.Phase.RUNNING, m.Phase.STARTING, m.Phase.STOPPING)
-        names = self.role(role)
-        return all(self._states[n].phase not in busy and n not in self._handles for n in names)
+        names = [name for name, spec in self.specs.items() if spec.role == role]
+        return all(self._states[n].phase not in _BUSY and n not in self._handles for n in names)
 
     def watched(self, name: str) -> bool:
         return name in self._handles
 
-    def adopt_marked(self, name: str) -> bool:
-        """Adopt a process this owner started for `name` but did not record (found by markers)."""
-        marked = self._runner.find_marked(self.specs[name])
-        if marked is not None and self.adopt(name, marked):
-            log.warning("%s: adopted unrecorded process %d by its markers", name, marked.pid)
-            return True
-        return False
+    def containment(self) -> CgroupTree | None:
+        return self._runner.cgroups
 
-    def retire(self, name: str, identity: ProcessIdentity) -> None:
-        """A component no longer configured but still running from before: SIGTERM its group."""
-        if same_process(identity.pid, identity.create_time):
-            log.warning("%s: no longer configured; sending SIGTERM to its group", name)
-            self._runner.signal_group(identity.pid, signal.SIGTERM)
+    def contained_alive(self, name: str) -> bool:
+        return self._runner.contained_alive(name)
 
-    def adopt(self, name: str, recorded: ProcessIdentity) -> bool:
-        """Watch a process a previous agent started, if it is still that process."""
+    def restart(self, name: str, reason: str) -> None:
+        """Stop gracefully, then start again (or just start when not running)."""
+        self.notes[name] = reason
+        log.info("%s: restarting (%s)", name, reason)
+        self.post(name, m.Stop(reason))
+        self.start(name, reason)
+
+    def adopt(self, name: str, recorded: ProcessIdentity, replace_changed: bool = True) -> bool:
+        """Watch a process a previous agent started, if it is still that process.
+
+        One that is ours but no longer matches its config (or itself) is restarted.
+        """
         spec = self.specs[name]
-        handle = self._runner.adopt(recorded, spec)
+        adoption = self._runner.adopt(recorded, spec)
+        handle = adoption.handle
         if handle is None:
+            log.info("%s: recorded process %d is gone (%s)", name, recorded.pid, adoption.gone)
             return False
         now = self.reactor.clock.monotonic()
-
-        age = max(0.0, time.time() - recorded.create_time)
+        started = recorded.started_epoch()
+        age = max(0.0, time.time() - started) if started else 0.0
         self._watch(name, handle)
         self.post(name, m.Adopted(handle.pid, now - age))
         log.info("%s: adopted running process %d", name, handle.pid)
+        if adoption.replace and replace_changed:
+            self.restart(name, f"adopted process {handle.pid} replaced: {adoption.replace}")
         return True
+
+    def retire(self, name: str, recorded: ProcessIdentity | None) -> None:
+        """A component no longer configured that may still run from before: stop it."""
+        command = recorded.command or recorded.cmdline if recorded else ()
+        spec = ComponentSpec(
+            name=name,
+            command=command or ("?",),
+            restart=RestartSpec(policy=RestartPolicy.NEVER),
+            stop_signal=recorded.stop_signal if recorded else 15,
+            stop_timeout=recorded.stop_timeout if recorded else 10.0,
+        )
+        self.add(spec)
+        adopted = recorded is not None and self.adopt(name, recorded, replace_changed=False)
+        leftovers = self._runner.kill_leftovers(name) if not adopted else 0
+        if adopted or leftovers:
+            log.warning("%s: no longer configured; stopping it", name)
+        self.remove(name, "no longer configured")
 
     def identities(self) -> dict[str, ProcessIdentity]:
         return {name: handle.identity for name, handle in self._handles.items()}
 
+    def tail(self, name: str) -> tuple[str, ...]:
+        pipe = self.outputs.get(name)
+        return tuple(pipe.tail) if pipe else ()
+
     def idle(self) -> bool:
         """No process is running and none is being started or stopped."""
-        busy = (m.Phase.RUNNING, m.Phase.STARTING, m.Phase.STOPPING)
-        return not self._handles and all(s.phase not in busy for s in self._states.values())
+        if self._handles or any(s.phase in _BUSY for s in self._states.values()):
+            return False
+        return not any(self._runner.contained_alive(name) for name in self.specs)
 
     def close(self) -> None:
         """Let go of everything without touching the processes (agent restart)."""
-        for timer in self._timers.values():
+        for timer in [*self._timers.values(), *self._drains.values()]:
             timer.cancel()
         for name in list(self._handles):
             handle = self._handles.pop(name)
             self.reactor.remove_reader(handle.pidfd)
-
             os.close(handle.pidfd)
         for name, pipe in self.outputs.items():
             self._read_output(name)
             self.reactor.remove_reader(pipe.fd)
             pipe.close()
+        self.outputs.clear()
 
     # --- event processing -------------------------------------------------------------
     def post(self, name: str, event: m.Event) -> None:
@@ -187,7 +249,9 @@ class Supervisor:
             self._draining = False
 
     def _apply(self, name: str, event: m.Event) -> None:
-        spec = self.specs[name]
+        spec = self.specs.get(name)
+        if spec is None:
+            return
         before = self._states[name]
         now = self.reactor.clock.monotonic()
         transition = m.step(spec, before, event, now, self._rand())
@@ -198,7 +262,11 @@ class Supervisor:
         after = self._states[name]
         if (before.phase, before.pid, before.restarts) != (after.phase, after.pid, after.restarts):
             self._log_change(name, before, after)
+            if after.phase is m.Phase.RUNNING and before.phase is m.Phase.STARTING:
+                self.notes.pop(name, None)
             self.on_change(name, after)
+        if after.phase not in _BUSY:
+            self._watch_drain(name)
 
     def _schedule(self, name: str, state: m.ComponentState) -> None:
         old = self._timers.pop(name, None)
@@ -212,7 +280,9 @@ class Supervisor:
         if isinstance(action, m.Spawn):
             self._spawn(name)
         elif isinstance(action, m.SignalGroup):
-            self._runner.signal_group(action.pid, action.signal)
+            self._runner.signal_group(action.pid, action.signal, name)
+            if action.signal == signal.SIGKILL:
+                self._killed.add(name)  # its cgroup was just killed: no stray check needed
         elif isinstance(action, m.RunProbe):
             self._run_probe(name)
         else:
@@ -220,6 +290,10 @@ class Supervisor:
 
     def _spawn(self, name: str) -> None:
         spec = self.specs[name]
+        stray = 0 if name in self._killed else self._runner.kill_leftovers(name)
+        self._killed.discard(name)
+        if stray:
+            log.warning("%s: killed %d leftover processes in its cgroup before start", name, stray)
         try:
             handle = self._runner.spawn(spec, self.outputs.get(name))
         except SpawnError as exc:
@@ -238,9 +312,40 @@ class Supervisor:
         code, signum = self._runner.reap(handle)
         if self._handles.get(name) is handle:
             del self._handles[name]
-        if name in self.outputs:
+        if name in self.outputs and name not in self._paused:
             self._read_output(name)
         self.post(name, m.Exited(code, signum, handle.pid))
+
+    def _watch_drain(self, name: str, interval: float = 0.01) -> None:
+        """Once the main process is gone, wake up until its cgroup is empty too."""
+        old = self._drains.pop(name, None)
+        if old is not None:
+            old.cancel()
+        if self._runner.contained_alive(name):
+            later = min(interval * 2, 0.2)
+            self._drains[name] = self.reactor.call_later(
+                interval, lambda: self._watch_drain(name, later)
+            )
+            return
+        self._maybe_forget(name)
+
+    def _maybe_forget(self, name: str) -> None:
+        if name not in self.retiring or name not in self.specs:
+            return
+        if self._states[name].phase in _BUSY or self._runner.contained_alive(name):
+            return
+        self.retiring.discard(name)
+        del self.specs[name]
+        state = self._states.pop(name)
+        self._schedule(name, m.ComponentState())
+        pipe = self.outputs.pop(name, None)
+        if pipe is not None:
+            self.reactor.remove_reader(pipe.fd)
+            pipe.close()
+        if self._runner.cgroups is not None:
+            self._runner.cgroups.remove(name)
+        log.info("%s: removed", name)
+        self.on_change(name, state)
 
     def _run_probe(self, name: str) -> None:
         probe = self.specs[name].liveness
@@ -254,8 +359,24 @@ class Supervisor:
         threading.Thread(target=work, name=f"probe-{name}", daemon=True).start()
 
     def _read_output(self, name: str) -> None:
-        for line in self.outputs[name].read_lines():
+        pipe = self.outputs.get(name)
+        if pipe is None:
+            return
+        batch = pipe.read()
+        for line in batch.lines:
             output_log.info("%s: %s", name, line)
+        if batch.lines and self.on_output is not None:
+            self.on_output(name)
+        if batch.throttled and name not in self._paused:
+            # Over the rate: let the pipe hold the flood for a while instead of reading it.
+            self._paused.add(name)
+            self.reactor.remove_reader(pipe.fd)
+            self.reactor.call_later(PAUSE, lambda: self._resume_output(name, pipe))
+
+    def _resume_output(self, name: str, pipe: OutputPipe) -> None:
+        self._paused.discard(name)
+        if self.outputs.get(name) is pipe:
+            self.reactor.add_reader(pipe.fd, functools.partial(self._read_output, name))
 
     def _log_change(self, name: str, before: m.ComponentState, after: m.ComponentState) -> None:
         detail = after.reason or (after.last_exit.describe() if after.last_exit else "")

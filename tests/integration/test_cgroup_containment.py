@@ -1,0 +1,186 @@
+"""Containment by cgroup v2 with real processes, in a cgroup this test creates and owns.
+
+The agent is pointed at it with XCE_AGENT_CGROUP, as systemd's delegation would (the
+end-to-end test does that part under real systemd). Skipped where no writable cgroup v2
+hierarchy exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import alive, wait_for
+from tests.integration.hostagent import HostAgent, wait_alive
+from xce_agent.supervision.cgroups import _cgroup2_mount
+
+
+def _usable_root() -> Path | None:
+    mount = _cgroup2_mount()
+    if mount is None or os.geteuid() != 0 or not os.access(mount, os.W_OK):
+        return None
+    return mount
+
+
+ROOT = _usable_root()
+pytestmark = pytest.mark.skipif(ROOT is None, reason="needs root and a writable cgroup v2")
+
+
+def double_forker(pid_file: Path) -> str:
+    return (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "        time.sleep(600)\n"
+        "    os._exit(0)\n"
+        "time.sleep(600)\n"
+    )
+
+
+def worker_with_job(job_file: Path) -> str:
+    return (
+        "import subprocess, sys, time\n"
+        "job = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        " start_new_session=True)\n"
+        f"open({str(job_file)!r}, 'w').write(str(job.pid))\n"
+        "time.sleep(600)\n"
+    )
+
+
+def _remove_tree(path: Path) -> None:
+    for child in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
+        if child.is_dir():
+            with contextlib.suppress(OSError):
+                (child / "cgroup.kill").write_text("1")
+            with contextlib.suppress(OSError):
+                child.rmdir()
+    with contextlib.suppress(OSError):
+        (path / "cgroup.kill").write_text("1")
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+@pytest.fixture
+def cgroup(tmp_path: Path) -> Iterator[Path]:
+    assert ROOT is not None
+    path = ROOT / f"xce-test-{os.getpid()}-{tmp_path.name}"
+    path.mkdir()
+    yield path
+    wait_for(lambda: not any((p / "cgroup.procs").read_text().strip() for p in [path]), 5)
+    _remove_tree(path)
+
+
+@pytest.fixture
+def host(tmp_path: Path, cgroup: Path) -> Iterator[HostAgent]:
+    agent = HostAgent(tmp_path, env={"XCE_AGENT_CGROUP": str(cgroup)})
+    yield agent
+    agent.close()
+
+
+def members(leaf: Path) -> list[int]:
+    try:
+        return [int(x) for x in (leaf / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
+
+
+def test_a_double_forked_daemon_and_a_surviving_job_are_gone_after_stop(
+    host: HostAgent, cgroup: Path, tmp_path: Path
+) -> None:
+    daemon_file, job_file = tmp_path / "daemon.pid", tmp_path / "job.pid"
+    host.write(
+        {
+            "daemonizer": (double_forker(daemon_file), "stop_timeout: 2s"),
+            "worker": (worker_with_job(job_file), "stop_timeout: 2s"),
+        }
+    )
+    host.start()
+    wait_for(lambda: host.running_pid("daemonizer") and host.running_pid("worker"))
+    daemon, job = wait_alive(daemon_file), wait_alive(job_file)
+    host.strays += [daemon, job]
+    assert daemon in members(cgroup / "component-daemonizer")
+    assert job in members(cgroup / "component-worker")
+    assert host.proc is not None and host.proc.pid in members(cgroup / "agent")
+    assert "cgroup" in host.cli("status").stdout
+    stop = host.cli("stop", "--timeout", "30")
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout.strip() == "xce-agent: components stopped, agent exited"
+    assert not alive(daemon) and not alive(job)
+    assert members(cgroup / "component-daemonizer") == []
+    assert members(cgroup / "component-worker") == []
+
+
+def test_adoption_needs_the_cgroup_and_a_leftover_job_is_killed_before_the_next_start(
+    host: HostAgent, cgroup: Path, tmp_path: Path
+) -> None:
+    job_file = tmp_path / "job.pid"
+    host.write({"worker": (worker_with_job(job_file), "stop_timeout: 2s")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    worker = host.running_pid("worker")
+    job = wait_alive(job_file)
+    host.strays.append(job)
+    host.detach()
+    host.start()  # adopted: its identity and its cgroup match
+    wait_for(lambda: host.state().get("lifecycle") == "running")
+    assert host.running_pid("worker") == worker and alive(job)
+    assert host.component("worker")["identity"]["cgroup"] == "component-worker"
+    # The agent and the worker die; the job stays in the worker's cgroup.
+    host.kill9()
+    assert worker is not None
+    os.kill(worker, signal.SIGKILL)
+    wait_for(lambda: not alive(worker))
+    job_file.unlink()
+    host.start()
+    wait_for(lambda: host.running_pid("worker") not in (None, worker))
+    wait_for(lambda: not alive(job))
+    assert "leftover processes in its cgroup" in host.log()
+    new_job = wait_alive(job_file)
+    host.strays.append(new_job)
+    # The worker crashes: its job goes with it, before the restart.
+    new = host.running_pid("worker")
+    assert new is not None
+    os.kill(new, signal.SIGKILL)
+    wait_for(lambda: not alive(new_job))
+    wait_for(lambda: host.running_pid("worker") not in (None, new))
+
+
+def test_a_twin_outside_the_cgroup_is_not_adopted(
+    host: HostAgent, cgroup: Path, tmp_path: Path
+) -> None:
+    script = "import time\ntime.sleep(600)\n"
+    host.write({"worker": (script, "stop_timeout: 2s")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    worker = host.running_pid("worker")
+    host.detach()
+    assert worker is not None
+    os.kill(worker, signal.SIGKILL)
+    wait_for(lambda: not alive(worker))
+    # Same executable, same command line, its exact start time forged into the state:
+    # only the cgroup tells it apart.
+    twin = subprocess.Popen([sys.executable, str(tmp_path / "worker.py")])
+    host.strays.append(twin.pid)
+    ticks = int(Path(f"/proc/{twin.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    import json
+
+    state = host.state()
+    record = state["components"][0]
+    record["identity"].update(pid=twin.pid, start_ticks=ticks)
+    record["pid"] = twin.pid
+    (host.state_dir / "state.json").write_text(json.dumps(state))
+    host.start()
+    wait_for(lambda: host.running_pid("worker") not in (None, twin.pid))
+    assert "not in the component's cgroup" in host.log()
+    assert alive(twin.pid)
+    twin.kill()
+    twin.wait()

@@ -1,0 +1,41 @@
+"""The signals the agent has no use for: logged and ignored, never fatal.
+
+A stray `kill -USR1` (or SIGALRM, SIGPWR, a real-time signal, ...) must not take
+supervision down. They are handled, not set to SIG_IGN, so that components, which inherit
+ignored dispositions across exec, still start with the defaults. (Python itself ignores
+SIGPIPE and SIGXFSZ, and restores them for children.)
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+log = logging.getLogger("xce_agent.agent")
+
+UNUSED_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in (
+        "SIGUSR1",
+        "SIGALRM",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSTKFLT",
+        "SIGXCPU",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGQUIT",
+    )
+    if hasattr(signal, name)
+) + tuple(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
+
+
+def ignore(signum: int) -> None:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    log.warning("%s ignored: the agent does not use it", name)
