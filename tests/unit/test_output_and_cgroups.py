@@ -116,3 +116,18 @@ def test_without_cgroup_kill_every_member_gets_sigkill(tmp_path: Path) -> None:
     tree.kill("x")  # an older kernel: no cgroup.kill file
     assert child.wait(timeout=10) == -signal.SIGKILL
     assert not (tree.leaf("x") / "cgroup.kill").exists()
+
+
+def test_controllers_are_enabled_only_where_no_process_lives_in_the_root(tmp_path: Path) -> None:
+    from xce_agent.supervision.cgroups import CgroupTree
+    from xce_agent.supervision.spec import ResourceLimits
+
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+    for may_enable in (False, True):
+        tree = CgroupTree(tmp_path, may_enable=may_enable)
+        tree.leaf("w").mkdir(exist_ok=True)
+        (tmp_path / "cgroup.subtree_control").write_text("")
+        tree.apply_limits("w", ResourceLimits(memory_max=2**30))
+        enabled = (tmp_path / "cgroup.subtree_control").read_text()
+        assert enabled == ("+memory\n" if may_enable else "")
+        (tree.leaf("w") / "memory.max").unlink()

@@ -39,8 +39,13 @@ class Detection:
 class CgroupTree:
     """The agent's delegated cgroup `root`; components live in `root/component-NAME`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, may_enable: bool = False) -> None:
         self.root = root
+        # Whether controllers may be enabled on `root`: only when no process is ever placed
+        # in it (systemd's DelegateSubgroup= starts the agent in agent/ already). Otherwise
+        # systemd could not start the next agent in the unit's cgroup (cgroup v2's "no
+        # internal processes" rule), so limits stay unenforced and the log says so.
+        self.may_enable = may_enable
 
     def describe(self) -> str:
         return f"cgroup {self.root}"
@@ -88,17 +93,27 @@ class CgroupTree:
         for filename, value in wanted.items():
             if value is None:
                 continue
+            path = self.leaf(name) / filename
+            if not path.exists() and self.may_enable:
+                self._enable(filename.split(".")[0])
             try:
-                (self.leaf(name) / filename).write_text(f"{value}\n")
+                path.write_text(f"{value}\n")
             except OSError:
                 missing.append(filename)
         if missing:
+            how = "" if self.may_enable else " (needs DelegateSubgroup=agent, systemd 254+)"
             log.warning(
-                "%s: %s not enforced: the controller is not enabled for the agent's cgroup",
+                "%s: %s not enforced: the controller is not enabled for the agent's cgroup%s",
                 name,
                 ", ".join(missing),
+                how,
             )
         return missing
+
+    def _enable(self, controller: str) -> None:
+        with contextlib.suppress(OSError):
+            if controller in (self.root / "cgroup.controllers").read_text().split():
+                (self.root / "cgroup.subtree_control").write_text(f"+{controller}\n")
 
     def move(self, name: str, pid: int) -> None:
         """Move `pid` and the rest of its process group into the component's leaf."""
@@ -236,7 +251,7 @@ def detect() -> Detection:
         root = Path(explicit)
         if not (root / "cgroup.procs").exists():
             return Detection(None, fallback + f"{CGROUP_ENV}={explicit} is not a cgroup")
-        return Detection(CgroupTree(root), f"cgroup {root} (from {CGROUP_ENV})")
+        return Detection(CgroupTree(root, may_enable=True), f"cgroup {root} (from {CGROUP_ENV})")
     mount = _cgroup2_mount()
     try:
         own = _own_path(Path("/proc/self/cgroup").read_text())
@@ -245,12 +260,13 @@ def detect() -> Detection:
     if mount is None or own is None:
         return Detection(None, fallback + "no cgroup v2 hierarchy")
     here = mount / own.lstrip("/")
-    root = here.parent if here.name == AGENT_LEAF and _delegated(here.parent) else here
+    in_leaf = here.name == AGENT_LEAF and _delegated(here.parent)
+    root = here.parent if in_leaf else here
     if own == "/" or not _delegated(root):
         return Detection(None, fallback + f"cgroup {root} is not delegated (Delegate=yes)")
     if not os.access(root, os.W_OK):
         return Detection(None, fallback + f"cgroup {root} is not writable")
-    return Detection(CgroupTree(root), f"cgroup {root} (delegated)")
+    return Detection(CgroupTree(root, may_enable=in_leaf), f"cgroup {root} (delegated)")
 
 
 def _delegated(path: Path) -> bool:
