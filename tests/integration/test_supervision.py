@@ -288,3 +288,29 @@ def test_http_probe_follows_the_status_code() -> None:
         server.server_close()
     gone = run_probe(ProbeSpec(ProbeKind.HTTP, url=base, timeout=1))
     assert gone[0] is False and gone[1].startswith("http probe failed")
+
+
+def test_a_removed_component_added_back_runs_again(make: Callable[..., Harness]) -> None:
+    h = make("import time; time.sleep(60)")
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    first = h.sup.state("c").pid
+    spec = h.sup.specs["c"]
+    h.sup.remove("c", "removed from the config")
+    assert "c" in h.sup.retiring
+    h.sup.add(spec)  # a reload put it back before the stop finished
+    h.sup.start("c", "added by a reload")
+    h.run_until(lambda: h.phase() is Phase.RUNNING and h.sup.state("c").pid != first)
+    assert "c" in h.sup.specs and "c" not in h.sup.retiring
+
+
+def test_a_removed_component_is_forgotten_once_stopped(make: Callable[..., Harness]) -> None:
+    h = make("import time; time.sleep(60)")
+    h.sup.start_all()
+    h.run_until(lambda: h.phase() is Phase.RUNNING)
+    pid = h.sup.state("c").pid
+    assert pid is not None
+    h.sup.remove("c", "removed from the config")
+    h.sup.start("c", "too late")  # ignored: it only stops now
+    h.run_until(lambda: "c" not in h.sup.specs)
+    assert not alive(pid)

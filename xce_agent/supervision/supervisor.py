@@ -93,6 +93,7 @@ class Supervisor:
     # --- the set of components --------------------------------------------------------
     def add(self, spec: ComponentSpec) -> None:
         self.specs[spec.name] = spec
+        self.retiring.discard(spec.name)  # back in the config before its removal finished
         self._states.setdefault(spec.name, m.ComponentState())
         if self._output_dir is not None and spec.name not in self.outputs:
             pipe = OutputPipe(self._output_dir / f"{spec.name}.out")
