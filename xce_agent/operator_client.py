@@ -32,10 +32,12 @@ def run_command(config: AgentConfig, command: str, name: str, timeout: float) ->
         raise OperatorError(answer.message)
     if command in ("start", "restart", "reset"):
         old = before.pid if before and command == "restart" else None
-        record = _wait(store, name, timeout, lambda c: c.phase == "running" and c.pid != old)
+        record = _wait(
+            store, name, timeout, lambda c: c.phase == "running" and c.pid != old, before
+        )
         return f"{name} running, pid {record.pid}"
     if command == "stop":
-        record = _wait(store, name, timeout, lambda c: c.phase in _DOWN)
+        record = _wait(store, name, timeout, lambda c: c.phase in _DOWN, before)
         return f"{name} {record.phase}"
     return answer.message
 
@@ -48,7 +50,24 @@ def _component(store: StateStore, name: str) -> ComponentRecord | None:
     return state.component(name) if state else None
 
 
-def _wait(store: StateStore, name: str, timeout: float, done: object) -> ComponentRecord:
+def _moved(record: ComponentRecord, before: ComponentRecord | None) -> bool:
+    """The saved record is newer than the one read before the command (the file lags)."""
+    if before is None:
+        return True
+    return (record.since, record.restarts, record.pid) != (
+        before.since,
+        before.restarts,
+        before.pid,
+    )
+
+
+def _wait(
+    store: StateStore,
+    name: str,
+    timeout: float,
+    done: object,
+    before: ComponentRecord | None,
+) -> ComponentRecord:
     assert callable(done)
     deadline = time.monotonic() + timeout
     record = None
@@ -56,7 +75,7 @@ def _wait(store: StateStore, name: str, timeout: float, done: object) -> Compone
         record = _component(store, name)
         if record is not None and done(record):
             return record
-        if record is not None and record.phase == "fatal":
+        if record is not None and record.phase == "fatal" and _moved(record, before):
             raise OperatorError(f"{name} is fatal: {record.reason or record.last_exit}")
         time.sleep(0.05)
     where = f"{record.phase} ({record.reason})" if record else "unknown"
