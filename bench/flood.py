@@ -113,8 +113,10 @@ def run(restarts: int = 300) -> str:
             ]
         )
     header = ["case", "restart p50", "restart p95", "p50 / quiet", "p95 / quiet", "peak RSS"]
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     title = (
-        f"Output flood beside a crasher, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores "
-        f"(target: p50 within 2x of quiet, RSS bounded; quiet RSS {quiet_rss:.1f} MB)"
+        f"Output flood beside a crasher, {time.strftime('%Y-%m-%d')}, load average {load} on "
+        f"{os.cpu_count()} cores (target: p50 within 2x of quiet, RSS bounded; quiet RSS "
+        f"{quiet_rss:.1f} MB)"
     )
     return table(title, header, rows)
