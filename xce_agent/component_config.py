@@ -41,6 +41,7 @@ _COMPONENT_KEYS = (
     "liveness_probe",
     "decommission_exit_codes",
     "limits",
+    "notice_signal",
 )
 # Names the agent sets for every component itself; a config may not override them.
 RESERVED_ENV_PREFIX = "XCE_AGENT_"
@@ -74,13 +75,15 @@ def parse_component(
             c.line_of(node, "working_directory"),
         )
     stop_signal = _signal(node, p, c)
+    notice_signal = _signal(node, p, c, "notice_signal") if "notice_signal" in node else None
     stop_timeout = c.duration(node, "stop_timeout", p, default=10.0)
     restart = _restart(node, p, c)
     probe = _probe(node, p, c)
     codes = _exit_codes(node, p, c)
     limits = _limits(node, p, c)
     if None in (env, command, stop_signal, stop_timeout, restart, codes, limits) or (
-        "liveness_probe" in node and probe is None
+        ("liveness_probe" in node and probe is None)
+        or ("notice_signal" in node and notice_signal is None)
     ):
         return None
     assert command is not None and stop_signal is not None and stop_timeout is not None
@@ -100,6 +103,7 @@ def parse_component(
         liveness=probe,
         decommission_exit_codes=frozenset(codes),
         limits=limits,
+        notice_signal=notice_signal,
     )
 
 
@@ -235,22 +239,22 @@ def _account(node: LineDict, key: str, p: str, c: Checker, exists: object) -> st
     return value
 
 
-def _signal(node: LineDict, p: str, c: Checker) -> int | None:
-    if "stop_signal" not in node:
+def _signal(node: LineDict, p: str, c: Checker, key: str = "stop_signal") -> int | None:
+    if key not in node:
         return int(signal.SIGTERM)
-    value = node["stop_signal"]
+    value = node[key]
     names = {s.name: int(s) for s in signal.Signals}
     if isinstance(value, str):
-        key = value.upper() if value.upper().startswith("SIG") else f"SIG{value.upper()}"
-        if key in names and not key.startswith("SIG_"):
-            return names[key]
+        name = value.upper() if value.upper().startswith("SIG") else f"SIG{value.upper()}"
+        if name in names and not name.startswith("SIG_"):
+            return names[name]
     elif isinstance(value, int) and not isinstance(value, bool) and value in names.values():
         return value
     c.report(
-        join_path(p, "stop_signal"),
+        join_path(p, key),
         "a signal name such as SIGTERM or SIGINT",
         describe(value),
-        c.line_of(node, "stop_signal"),
+        c.line_of(node, key),
     )
     return None
 

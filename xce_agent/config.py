@@ -12,8 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xce_agent.cloud_config import NO_CLOUD, CloudConfig, parse_cloud
 from xce_agent.component_config import parse_component
 from xce_agent.errors import ConfigError
+from xce_agent.notice_relay import with_notice_file
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol.roles import KNOWN_ROLES
 from xce_protocol.validation import Checker, describe, join_path
@@ -58,6 +60,7 @@ class AgentConfig:
     controller: ControllerConfig | None = None
     log_level: str = "info"
     version: int = CONFIG_VERSION
+    cloud: CloudConfig = NO_CLOUD
 
 
 def config_path(option: str | None) -> Path:
@@ -83,7 +86,9 @@ def load_config(path: Path, instance_data: Path = DEFAULT_INSTANCE_DATA) -> Agen
 
 def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentConfig | None:
     c.allowed_keys(
-        doc, "", ("version", "controller", "instance", "roles", "state_directory", "log_level")
+        doc,
+        "",
+        ("version", "controller", "instance", "roles", "state_directory", "log_level", "cloud"),
     )
     version = c.integer(doc, "version", "", required=True)
     if version is not None and version != CONFIG_VERSION:
@@ -100,16 +105,20 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
             doc.key_lines.get("state_directory", 0),
         )
     log_level = c.choice(doc, "log_level", "", LOG_LEVELS, default="info")
+    cloud = parse_cloud(doc, c, instance_data)
     if c.problems or instance is None or roles is None or components is None or log_level is None:
         return None
+    assert cloud is not None
+    state_directory = Path(state_dir) if state_dir else DEFAULT_STATE_DIRECTORY
     return AgentConfig(
         path=path,
         instance=instance,
         roles=roles,
-        components=components,
-        state_directory=Path(state_dir) if state_dir else DEFAULT_STATE_DIRECTORY,
+        components=tuple(with_notice_file(spec, state_directory) for spec in components),
+        state_directory=state_directory,
         controller=controller,
         log_level=log_level,
+        cloud=cloud,
     )
 
 

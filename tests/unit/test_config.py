@@ -88,7 +88,7 @@ def minimal(extra_component: str = "", top: str = "") -> str:
 BAD = [
     (
         minimal(top="controler:\n  url: http://x\n"),
-        "controler: expected one of the keys controller, instance, log_level, roles, "
+        "controler: expected one of the keys cloud, controller, instance, log_level, roles, "
         "state_directory, version, got unknown key 'controler' (F line 9)",
     ),
     (
@@ -134,8 +134,9 @@ BAD = [
     (
         minimal("        comand: x\n"),
         "roles.worker.components.w.comand: expected one of the keys command, "
-        "decommission_exit_codes, environment, group, limits, liveness_probe, restart, "
-        "stop_signal, stop_timeout, user, working_directory, got unknown key 'comand' (F line 9)",
+        "decommission_exit_codes, environment, group, limits, liveness_probe, notice_signal, "
+        "restart, stop_signal, stop_timeout, user, working_directory, got unknown key 'comand' "
+        "(F line 9)",
     ),
     (
         "version: 1\ninstance:\n  id: i-1\nroles:\n  wrker:\n    components: {}\n",

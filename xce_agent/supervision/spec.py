@@ -85,3 +85,4 @@ class ComponentSpec:
     liveness: ProbeSpec | None = None
     decommission_exit_codes: frozenset[int] = frozenset()
     limits: ResourceLimits = field(default_factory=ResourceLimits)
+    notice_signal: int | None = None  # sent when a preemption or maintenance notice arrives
