@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
+from xce_controller import notices
 from xce_controller.codec import host_to_json, job_to_json
 from xce_controller.model import TERMINAL, Host, Job
 from xce_controller.schemas import (
@@ -30,12 +31,14 @@ from xce_controller.schemas import (
     JobReportBody,
     JoinAnswer,
     JoinBody,
+    NoticeBody,
     SubmitBody,
     TemplateUse,
     WatchAnswer,
 )
 from xce_controller.service import PROTOCOL, Controller
 from xce_controller.store import StorageUnavailable
+from xce_protocol.notices import BadNotice, notice_from_wire
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 422, 503)
@@ -122,7 +125,16 @@ def create_app(ctl: Controller) -> FastAPI:
         return JSONResponse(body, status_code=422)
 
     def answer(host: Host) -> dict[str, Any]:
+        notice = None
+        if host.notice is not None:
+            notice = {
+                "kind": host.notice.kind,
+                "event_id": host.notice.event_id,
+                "deadline": host.notice.deadline,
+                "drained": notices.drained(ctl.cluster, host),
+            }
         return {
+            "notice": notice,
             "protocol": PROTOCOL,
             "host": host.name,
             "instance_id": host.instance_id,
@@ -192,6 +204,17 @@ def create_app(ctl: Controller) -> FastAPI:
         ctl.record_report(name, body.instance_id, report)
         host = ctl.agent_host(name, body.instance_id, _bearer(authorization))
         return answer(ctl.heartbeat(host, report))
+
+    @app.post("/v1/hosts/{name}/notice", response_model=HostAnswer, responses=ERRORS)
+    async def notice(
+        name: str, body: NoticeBody, authorization: Annotated[Optional[str], Header()] = None
+    ) -> dict[str, Any]:
+        try:
+            received = notice_from_wire(body.model_dump(exclude={"protocol", "instance_id"}))
+        except BadNotice as exc:
+            raise lc.Refused("bad_request", 422, str(exc)) from None
+        host = ctl.agent_host(name, body.instance_id, _bearer(authorization))
+        return answer(ctl.notice(host, received))
 
     @app.get("/v1/hosts/{name}/watch", response_model=WatchAnswer, responses=ERRORS)
     async def watch(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from xce_controller.model import (
@@ -10,6 +11,7 @@ from xce_controller.model import (
     DrainPolicy,
     Fact,
     Host,
+    HostNotice,
     HostState,
     Job,
     JobState,
@@ -49,7 +51,16 @@ def host_to_json(host: Host) -> dict[str, Any]:
         "reason": host.reason,
         "history": [{"at": c.at, "state": c.state, "by": c.by, "why": c.why} for c in host.history],
         "before_loss": host.before_loss,
+        "notice": notice_to_json(host.notice),
     }
+
+
+def notice_to_json(notice: HostNotice | None) -> dict[str, Any] | None:
+    return None if notice is None else dataclasses.asdict(notice)
+
+
+def notice_from_json(d: dict[str, Any] | None) -> HostNotice | None:
+    return None if not d else HostNotice(**d)
 
 
 def host_from_json(d: dict[str, Any]) -> Host:
@@ -79,6 +90,7 @@ def host_from_json(d: dict[str, Any]) -> Host:
         reason=d["reason"],
         history=tuple(Change(c["at"], c["state"], c["by"], c["why"]) for c in d["history"]),
         before_loss=d.get("before_loss", ""),
+        notice=notice_from_json(d.get("notice")),
     )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from xce_controller.model import DrainPolicy
+from xce_controller.notice_config import NoticeSettings, parse_notice_settings
 from xce_protocol.errors import ConfigError
 from xce_protocol.roles import KNOWN_ROLES as ROLES
 from xce_protocol.validation import Checker, describe, join_path
@@ -58,6 +59,7 @@ class ClusterConfig:
     unmatched_joins: str = "accept"  # accept (with the default template) | refuse
     admin_token: str = field(default="", repr=False)
     join_token: str = field(default="", repr=False)
+    notices: NoticeSettings = field(default_factory=NoticeSettings)
 
 
 DEFAULT_CONFIG = """\
@@ -90,6 +92,7 @@ _TOP = (
     "rejoin_allowance",
     "unmatched_joins",
     "auth",
+    "notices",
 )
 
 
@@ -113,6 +116,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     allowance = c.duration(doc, "rejoin_allowance", "", default=10.0)
     unmatched = c.choice(doc, "unmatched_joins", "", ("accept", "refuse"), default="accept")
     admin, join = _auth(doc, c)
+    notices = parse_notice_settings(doc, c)
     if None not in (grace, backoff, allowance, interval):
         assert grace is not None and backoff is not None and allowance is not None
         assert interval is not None
@@ -139,7 +143,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
             c.line_of(doc, "templates"),
         )
     values = (join_deadline, drain_timeout, interval, grace, backoff, allowance)
-    if c.problems or templates is None or policy is None or unmatched is None:
+    if c.problems or templates is None or policy is None or unmatched is None or notices is None:
         return None
     nums = [float(v) for v in values if v is not None]
     return ClusterConfig(
@@ -154,6 +158,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
         unmatched,
         admin,
         join,
+        notices,
     )
 
 

@@ -1,4 +1,5 @@
-"""What time alone makes due for a host: the join deadline, the loss grace, the drain timeout.
+"""What time alone makes due for a host: the join deadline, the loss grace, the drain timeout,
+and a cloud notice's requeue point or lapse (notices.py).
 
 Pure functions, like the rest of the lifecycle; the live controller's timers (timers.py) and
 the simulator ask `next_due` when to look again and `host_due` what is due then.
@@ -10,6 +11,7 @@ recorded before the start a fresh join allowance) from the start.
 
 from __future__ import annotations
 
+from xce_controller import notices
 from xce_controller.config import ClusterConfig
 from xce_controller.lifecycle import CONTROLLER, fact
 from xce_controller.model import JOINED, Cluster, DrainPolicy, Fact, Host, HostState
@@ -75,6 +77,9 @@ def host_due(
                 why=f"no heartbeat for {now - seen:.0f}s",
             ),
         ]
+    noticed = notices.due(cluster, now, host)
+    if noticed:
+        return noticed
     if host.state is HostState.DRAINING and host.drain is not None:
         return _drain_due(cluster, now, host)
     return []
@@ -115,4 +120,5 @@ def next_due(
     due = heard_from(host, last_seen, alive_since) + cfg.host_loss_grace + 1e-3
     if host.drain is not None and host.drain.deadline is not None:
         due = min(due, host.drain.deadline)
-    return due
+    noticed = notices.next_due(host)
+    return due if noticed is None else min(due, noticed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xce_controller.codec import notice_from_json
 from xce_controller.model import (
     Change,
     Cluster,
@@ -112,6 +113,12 @@ def _drain(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     return {key}
 
 
+def _notice(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    key = d["key"]
+    cluster.put_host(evolve(cluster.hosts[key], notice=notice_from_json(d.get("notice"))))
+    return {key}
+
+
 def _job_submitted(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     job = Job(
         id=d["id"],
@@ -182,6 +189,7 @@ _HANDLERS = {
     "rejoined": _rejoined,
     "state": _state,
     "drain": _drain,
+    "notice": _notice,
     "job_submitted": _job_submitted,
     "job_assigned": _job_assigned,
     "job_started": _job_started,

@@ -81,6 +81,23 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class HostNotice:
+    """The provider's warning a host is acting on (see xce_controller/notices.py)."""
+
+    kind: str  # preemption, termination, maintenance, rebalance, shutdown
+    provider: str
+    event_id: str
+    deadline: float | None  # when the platform acts, as the provider said
+    impact: str  # maintenance: reboot (work is lost) or pause (work survives)
+    received_at: float
+    raw: str = ""
+    act_at: float | None = None  # jobs still running then are requeued
+    acted: bool = False  # they were
+    reopen_at: float | None = None  # rebalance advice lapses then
+    reopen: bool = False  # the notice closed an open host: it reopens when the notice ends
+
+
+@dataclass(frozen=True)
 class Host:
     key: str  # the instance id for provisioned hosts, "host:NAME" for the others
     state: HostState
@@ -112,6 +129,8 @@ class Host:
             if self.name and change.by == self.name:
                 return change.at
         return None
+
+    notice: HostNotice | None = None
 
 
 @dataclass(frozen=True)

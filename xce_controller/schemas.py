@@ -94,6 +94,29 @@ class HeartbeatBody(Lenient):
     components: list[ComponentReport] = Field(default_factory=list, max_length=64)
 
 
+class NoticeDetail(BaseModel):
+    kind: str
+    provider: str
+    event_id: str
+    deadline: Optional[float]
+    impact: str
+    received_at: float
+    raw: str
+    act_at: Optional[float]
+    acted: bool
+    reopen_at: Optional[float]
+    reopen: bool
+
+
+class NoticeState(BaseModel):
+    """What the agent needs of its host's notice: which one, and whether it is drained."""
+
+    kind: str
+    event_id: str
+    deadline: Optional[float]
+    drained: bool
+
+
 class HostAnswer(BaseModel):
     protocol: str
     host: str
@@ -103,6 +126,19 @@ class HostAnswer(BaseModel):
     version: int
     heartbeat_interval: float
     host_loss_grace: float
+    notice: Optional[NoticeState] = None
+
+
+class NoticeBody(Lenient):
+    protocol: str = Field("1.0", max_length=16)
+    instance_id: str = Field("", max_length=253)
+    kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown"]
+    provider: str = Field("", max_length=64)
+    event_id: str = Field("", max_length=200)
+    deadline: Optional[Annotated[float, Field(gt=0, lt=1e11), BeforeValidator(_json_number)]] = None
+    state: Literal["active", "ended"] = "active"
+    impact: Literal["reboot", "pause"] = "reboot"
+    raw: str = Field("", max_length=8192)
 
 
 class JobBody(BaseModel):
@@ -162,6 +198,7 @@ class HostDetail(BaseModel):
     jobs_running: int
     history: list[ChangeBody]
     report: Optional[dict[str, Any]] = None
+    notice: Optional[NoticeDetail] = None
 
 
 class ExpectBody(Strict):

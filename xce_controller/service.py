@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from xce_controller import deadlines
+from xce_controller import deadlines, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig
@@ -27,6 +27,7 @@ from xce_controller.model import TERMINAL, Fact, Host
 from xce_controller.store import StorageUnavailable, Store
 from xce_controller.timers import Timers
 from xce_protocol.errors import ConfigError
+from xce_protocol.notices import Notice
 
 log = logging.getLogger(__name__)
 PROTOCOL = "1.0"
@@ -233,6 +234,7 @@ class Controller:
         host, facts = lc.join(self.cluster, self.cfg, now, req)
         self.seen[host.key] = now  # before the commit: what it settles must see the join
         self.commit(facts)
+        self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
         return self.cluster.hosts[host.key]
 
     def agent_host(self, name: str, instance_id: str, token: str) -> Host:
@@ -278,6 +280,13 @@ class Controller:
                 waiters = self._waiters.get(host.key)
                 if waiters and fut in waiters:
                     waiters.remove(fut)
+        return self.cluster.hosts[host.key]
+
+    def notice(self, host: Host, notice: Notice) -> Host:
+        """A provider's warning the host's agent relays: recorded, then acted on."""
+        now = self.clock()
+        self.seen[host.key] = now  # the agent spoke: as good as a heartbeat
+        self.commit(notices.receive(self.cluster, self.cfg, now, host, notice))
         return self.cluster.hosts[host.key]
 
     # --- admin ------------------------------------------------------------------------

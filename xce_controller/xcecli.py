@@ -93,6 +93,14 @@ def _out(data: Any, as_json: bool, text: str) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
 
 
+def _notice(h: dict[str, Any]) -> str:
+    """`preemption 08:22:00` (the time the platform acts), or '-'."""
+    n = h.get("notice")
+    if not n:
+        return "-"
+    return f"{n['kind']} {_when(n['deadline'])}" if n["deadline"] else n["kind"]
+
+
 def _host_rows(hosts: list[dict[str, Any]]) -> str:
     rows = [
         [
@@ -104,6 +112,7 @@ def _host_rows(hosts: list[dict[str, Any]]) -> str:
             str(h["jobs_running"]),
             _when(h["joined_at"]),
             _when(h["deadline"]) if h["state"] in ("expected", "overdue") else "-",
+            _notice(h),
             h["reason"],
         ]
         for h in hosts
@@ -117,6 +126,7 @@ def _host_rows(hosts: list[dict[str, Any]]) -> str:
         "JOBS",
         "JOINED",
         "DEADLINE",
+        "NOTICE",
         "REASON",
     ]
     return _table(rows, header)
@@ -162,6 +172,15 @@ def host(client: Client, name: str, as_json: bool) -> None:
         lines.append(
             f"{'drain':<17} policy {d['policy']}, timeout {d['timeout']}, "
             f"deadline {_when(d['deadline'])}"
+        )
+    n = h.get("notice")
+    if n:
+        acts = f", jobs requeued at {_when(n['act_at'])}" if n["act_at"] else ""
+        done = " (done)" if n["acted"] else ""
+        lapse = f", lapses at {_when(n['reopen_at'])}" if n["reopen_at"] else ""
+        lines.append(
+            f"{'notice':<17} {n['kind']} from {n['provider'] or '-'} ({n['event_id']}), "
+            f"platform acts at {_when(n['deadline'])}{acts}{done}{lapse}"
         )
     report = h.get("report")
     if report:

@@ -1,0 +1,158 @@
+"""POST /v1/hosts/{host}/notice against the controller process: recorded, acted on, shown."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.integration.controller_proc import ControllerProcess
+from tests.integration.helpers import wait_for
+from xce_controller.store import Store
+
+CONFIG = """\
+version: 1
+heartbeat_interval: 1s
+host_loss_grace: 3s
+agent_max_restart_backoff: 1s
+rejoin_allowance: 1s
+auth: {admin_token: adm1n}
+templates:
+  default: {slots: 2}
+notices: {margin: 10s, rebalance_reopen: 2s}
+"""
+ADMIN = {"Authorization": "Bearer adm1n"}
+
+
+@pytest.fixture
+def ctl(tmp_path: Path) -> Iterator[ControllerProcess]:
+    proc = ControllerProcess(tmp_path, CONFIG).start()
+    yield proc
+    proc.stop()
+
+
+def call(ctl: ControllerProcess, method: str, path: str, body: Any = None) -> requests.Response:
+    return requests.request(method, ctl.url + path, json=body, headers=ADMIN, timeout=10)
+
+
+def joined_with_job(ctl: ControllerProcess, name: str = "n1") -> int:
+    r = call(ctl, "POST", "/v1/join", {"host": name, "instance_id": f"i-{name}", "boot_id": "b1"})
+    assert r.status_code == 200, r.text
+    job = call(ctl, "POST", "/v1/jobs", {"command": ["sleep", "600"], "host": name}).json()
+    assert call(ctl, "POST", f"/v1/hosts/{name}/jobs/{job['id']}/started", {}).status_code == 200
+    return int(job["id"])
+
+
+def notice(ctl: ControllerProcess, name: str = "n1", **body: Any) -> requests.Response:
+    return call(ctl, "POST", f"/v1/hosts/{name}/notice", {"instance_id": f"i-{name}", **body})
+
+
+def job_state(ctl: ControllerProcess, job_id: int) -> dict[str, Any]:
+    return next(j for j in call(ctl, "GET", "/v1/jobs").json() if j["id"] == job_id)
+
+
+def xcecli(ctl: ControllerProcess, *args: str) -> str:
+    cmd = [sys.executable, "-m", "xce_controller.xcecli", "--url", ctl.url, "--token", "adm1n"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_preemption_closes_the_host_and_requeues_at_deadline_minus_margin(
+    ctl: ControllerProcess,
+) -> None:
+    job = joined_with_job(ctl)
+    sent = time.time()
+    r = notice(
+        ctl,
+        kind="preemption",
+        provider="aws",
+        event_id="aws-spot",
+        deadline=sent + 12,
+        raw='{"action": "terminate", "time": "..."}',
+    )
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["state"] == "closed" and answer["notice"]["kind"] == "preemption"
+    assert answer["notice"]["drained"] is False
+    assert job_state(ctl, job)["state"] == "running"  # 2 s left before deadline - margin
+    wait_for(lambda: job_state(ctl, job)["state"] == "pending", timeout=10)
+    assert time.time() >= sent + 2 - 0.1
+    assert "preemption notice (aws)" in job_state(ctl, job)["note"]
+    beat = call(ctl, "POST", "/v1/hosts/n1/heartbeat", {"instance_id": "i-n1"}).json()
+    assert beat["notice"]["drained"] is True
+    host = call(ctl, "GET", "/v1/hosts/n1").json()
+    assert host["notice"]["event_id"] == "aws-spot" and host["notice"]["acted"] is True
+    assert "preemption" in xcecli(ctl, "hosts")
+    assert "notice            preemption from aws (aws-spot)" in xcecli(ctl, "host", "n1")
+
+
+def test_shutdown_requeues_before_the_answer(ctl: ControllerProcess) -> None:
+    job = joined_with_job(ctl)
+    assert notice(ctl, kind="shutdown", provider="os").json()["notice"]["drained"] is True
+    assert job_state(ctl, job)["state"] == "pending"
+
+
+def test_rebalance_reopens_by_itself(ctl: ControllerProcess) -> None:
+    joined_with_job(ctl)
+    assert notice(ctl, kind="rebalance", provider="aws").json()["state"] == "closed"
+    wait_for(lambda: call(ctl, "GET", "/v1/hosts/n1").json()["state"] == "open", timeout=10)
+    assert call(ctl, "GET", "/v1/hosts/n1").json()["notice"] is None
+
+
+def test_lost_host_with_a_notice_is_listed_to_return_with_it(ctl: ControllerProcess) -> None:
+    call(ctl, "POST", "/v1/expected", {"instance_id": "i-n1", "template": "default"})
+    joined_with_job(ctl)
+    notice(ctl, kind="preemption", provider="gce", deadline=time.time() + 30)
+    wait_for(lambda: call(ctl, "GET", "/v1/to-return").json(), timeout=15)
+    [listed] = call(ctl, "GET", "/v1/to-return").json()
+    assert listed["notice"]["kind"] == "preemption"
+    assert "preemption" in xcecli(ctl, "to-return")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"kind": "explosion"}, "kind"),
+        ({"kind": "preemption", "deadline": "soon"}, "deadline"),
+        ({"kind": "preemption", "deadline": -1}, "deadline"),
+        ({"kind": "preemption", "raw": "x" * 9000}, "raw"),
+        ({"kind": "preemption", "state": "maybe"}, "state"),
+    ],
+)
+def test_bad_notices_are_refused_with_the_field(
+    ctl: ControllerProcess, body: dict[str, Any], message: str
+) -> None:
+    joined_with_job(ctl)
+    r = notice(ctl, **body)
+    assert r.status_code == 422 and message in r.json()["message"]
+    assert call(ctl, "GET", "/v1/hosts/n1").json()["state"] == "open"  # nothing changed
+
+
+def test_notice_for_another_instance_or_unknown_host_is_refused(ctl: ControllerProcess) -> None:
+    joined_with_job(ctl)
+    r = call(ctl, "POST", "/v1/hosts/n1/notice", {"kind": "shutdown", "instance_id": "i-other"})
+    assert r.status_code == 404
+    r = call(ctl, "POST", "/v1/hosts/ghost/notice", {"kind": "shutdown"})
+    assert r.status_code == 404
+    assert call(ctl, "GET", "/v1/hosts/n1").json()["state"] == "open"
+
+
+def test_notices_are_facts_replay_rebuilds_them(tmp_path: Path) -> None:
+    ctl = ControllerProcess(tmp_path, CONFIG).start()
+    try:
+        joined_with_job(ctl)
+        notice(ctl, kind="maintenance", provider="azure", event_id="E1", deadline=time.time() + 11)
+        wait_for(lambda: call(ctl, "GET", "/v1/hosts/n1").json()["notice"]["acted"], timeout=10)
+    finally:
+        ctl.stop()
+    store = Store(ctl.db)
+    stored, _ = store.load()
+    replayed = store.replay()
+    assert stored.hosts == replayed.hosts and stored.jobs == replayed.jobs
+    assert [f.kind for f in store.facts()].count("notice") == 2  # received, then acted on
+    store.close()
