@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 
 from xce_agent import membership as ms
 from xce_agent import single_agent, unused_signals
+from xce_agent.cloud_notices import CloudNotices
 from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, ControlServer
 from xce_agent.handoff import Handoff, reader_of
+from xce_agent.notice_relay import NoticeRelay
 from xce_agent.notify import Notifier, system_shutting_down, watchdog_interval
 from xce_agent.operator import Operator
 from xce_agent.reports import Reports, host_name
@@ -41,13 +43,17 @@ from xce_agent.supervision.identity import ProcessIdentity, boot_id, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
+from xce_protocol.notices import Notice, NoticeKind
 
 if TYPE_CHECKING:
     from xce_agent.link import ControllerLink
+    from xce_agent.notice_sender import NoticeSender
 
 log = logging.getLogger(__name__)
 
 LINK_CHECK_PERIOD = 5.0  # how often the link's threads are checked for a stall
+SHUTDOWN_CALL_TIMEOUT = 4.0  # the shutdown notice and the final report: well inside the
+# unit's stop timeout, and short enough that the components still get theirs
 
 
 AlreadyRunning = single_agent.AlreadyRunning
@@ -101,6 +107,12 @@ class Agent:
         self.reports = Reports(config, lambda: self.state)
         self.link: ControllerLink | None = None
         self.operator = Operator(self)
+        self.sender: NoticeSender | None = None
+        relay = NoticeRelay(
+            self.supervisor.specs, self.supervisor.send_signal, config.state_directory
+        )
+        self.notices = CloudNotices(config.cloud, relay, lambda n: self.post(ms.Noticed(n)))
+        self._announcing = False  # telling the controller the system is going down
         self._since: dict[str, float] = {}
         self._held: single_agent.Held | None = None
         self._control: ControlServer | None = None
@@ -204,6 +216,7 @@ class Agent:
             self.config.controller is not None,
         )
         self.handle(boot)
+        self.notices.start()
 
     def _install_signals(self) -> None:
         for signum in unused_signals.UNUSED_SIGNALS:
@@ -214,9 +227,14 @@ class Agent:
         self.reactor.add_signal_handler(signal.SIGHUP, self._on_hup)
 
     def _on_term(self, signum: int) -> None:
+        if self._leaving == "stop" or self._announcing:
+            return  # already on its way out
         if self._shutting_down():
-            log.info("system is shutting down: stopping components")
-            self.request_stop("system shutdown")
+            log.info("system is shutting down: telling the controller, then stopping components")
+            self._announcing = True
+            self.notifier.notify("STOPPING=1")
+            self._set_lifecycle(Lifecycle.STOPPING)  # what the final report says
+            self.handle(ms.ShuttingDown())
         else:
             log.info("%s: exiting; components keep running", signal.Signals(signum).name)
             self._leaving = "detach"
@@ -239,6 +257,9 @@ class Agent:
         return self._leaving == "stop" and self.supervisor.idle()
 
     def _finish(self) -> None:
+        self.notices.stop()
+        if self.sender is not None:
+            self.sender.stop()
         if self.link is not None:
             self.link.stop()
         self.notifier.notify("STOPPING=1")
@@ -339,6 +360,32 @@ class Agent:
             self._open_link().final_report()
         elif isinstance(action, ms.Confirm) and self.link is not None:
             self.link.confirm()
+        else:
+            self._perform_notice(action)
+
+    def _perform_notice(self, action: ms.Action) -> None:
+        if isinstance(action, ms.RelayNotice):
+            self.notices.tell_components(action.notice)
+        elif isinstance(action, ms.SendNotice):
+            self._notice_sender().send(action.notice)
+        elif isinstance(action, ms.ApproveEvent):
+            self.notices.approve(action.event_id)
+        elif isinstance(action, ms.AnnounceShutdown):
+            from xce_agent.notice_sender import notice_payload
+
+            notice = Notice(NoticeKind.SHUTDOWN, "os", f"shutdown-{boot_id()}", None)
+            payload = notice_payload(notice, self.config.instance.id)
+            self._open_link().announce_shutdown(payload, SHUTDOWN_CALL_TIMEOUT)
+        elif isinstance(action, ms.StopForShutdown):
+            self.request_stop("system shutdown")
+
+    def _notice_sender(self) -> NoticeSender:
+        if self.sender is None:
+            from xce_agent.notice_sender import NoticeSender
+
+            self.sender = NoticeSender(self._open_link().client, self.config.instance.id)
+            self.sender.start()
+        return self.sender
 
     def _open_link(self) -> ControllerLink:
         if self.link is None:

@@ -69,9 +69,17 @@ class ControllerClient:
     def join(self, payload: dict[str, Any]) -> Answer:
         return self._call("POST", "/v1/join", self.config.timeout, payload)
 
-    def heartbeat(self, payload: dict[str, Any]) -> Answer:
+    def heartbeat(self, payload: dict[str, Any], timeout: float | None = None) -> Answer:
         path = f"/v1/hosts/{self.me.host}/heartbeat"
-        return self._call("POST", path, self.config.timeout, payload)
+        return self._call(
+            "POST", path, self.config.timeout if timeout is None else timeout, payload
+        )
+
+    def notice(self, payload: dict[str, Any], timeout: float | None = None) -> Answer:
+        path = f"/v1/hosts/{self.me.host}/notice"
+        return self._call(
+            "POST", path, self.config.timeout if timeout is None else timeout, payload
+        )
 
     def watch(self, since: int, wait: float) -> Answer:
         query = urlencode({"since": since, "timeout": wait, "instance_id": self.me.instance_id})

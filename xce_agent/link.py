@@ -44,7 +44,8 @@ class Client(Protocol):
     config: ControllerConfig
 
     def join(self, payload: dict[str, Any]) -> Answer: ...
-    def heartbeat(self, payload: dict[str, Any]) -> Answer: ...
+    def heartbeat(self, payload: dict[str, Any], timeout: float | None = None) -> Answer: ...
+    def notice(self, payload: dict[str, Any], timeout: float | None = None) -> Answer: ...
     def watch(self, since: int, wait: float) -> Answer: ...
     def close(self) -> None: ...
 
@@ -135,6 +136,27 @@ class ControllerLink:
             self.stop()
 
         threading.Thread(target=report, name="controller-final-report", daemon=True).start()
+
+    def announce_shutdown(self, notice_payload: dict[str, Any], budget: float) -> None:
+        """Send the shutdown notice and the final report, each within `budget` seconds, then
+        post ShutdownAnnounced: the components are stopped only after that."""
+
+        def announce() -> None:
+            started = self.clock()
+            outcome = "not sent"
+            try:
+                outcome = self.client.notice(notice_payload, budget).outcome.value
+                self.client.heartbeat(self.heartbeat_payload(), budget)
+            except Exception:
+                log.exception("shutdown notice to the controller failed")
+            log.info(
+                "shutdown notice %s and final report sent in %.3fs",
+                outcome,
+                self.clock() - started,
+            )
+            self.post(ms.ShutdownAnnounced())
+
+        threading.Thread(target=announce, name="controller-shutdown", daemon=True).start()
 
     def check_threads(self) -> list[str]:
         """Replace every loop that overran its cycle's bound; what was replaced, for the log."""
@@ -253,6 +275,7 @@ class ControllerLink:
             return True
         if answer.outcome is Outcome.ACCEPTED:
             self._accept_intervals(answer.body)
+            self._drained(answer.body)
             if confirming:
                 self._confirming = False
                 self.post(ms.ConfirmedActive())
@@ -277,6 +300,14 @@ class ControllerLink:
         if value != current and value != body[key]:
             log.warning("controller published %s=%r: using %gs", key, body[key], value)
         return value
+
+    def _drained(self, body: dict[str, Any]) -> None:
+        """The controller says the host is drained for its notice: the platform may go ahead."""
+        notice = body.get("notice")
+        if isinstance(notice, dict) and notice.get("drained") is True:
+            event_id = notice.get("event_id")
+            if isinstance(event_id, str) and event_id:
+                self.post(ms.NoticeDrained(event_id))
 
     def _template_doc(self, body: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -305,6 +336,7 @@ class ControllerLink:
             if answer.outcome is Outcome.ACCEPTED:
                 attempt = 0
                 self._accept_intervals(answer.body)
+                self._drained(answer.body)
                 version = answer.body.get("version")
                 if isinstance(version, int) and not isinstance(version, bool):
                     self.version = max(self.version, version)

@@ -6,6 +6,11 @@ decommissioned, the answer to a confirmation) and from supervision (a worker's "
 refused" exit code, the worker role being down). `now` is wall-clock seconds and is only
 recorded (since when, decommissioned at), never compared: the machine has no timers.
 
+Cloud notices pass through here too: a notice the provider watcher saw is relayed to the
+worker role and (while a member) to the controller; a host the controller says is drained for
+a notice lets the platform go ahead; an OS shutdown is announced to the controller before the
+components are stopped.
+
 The decommission guarantee lives here: once `standing` is DECOMMISSIONED for this instance,
 no event starts the worker role again, and the state is saved before the worker is stopped.
 Only a new instance id (a new instance booted from the same disk) clears it.
@@ -17,6 +22,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
+
+from xce_protocol.notices import Notice
 
 # Roles whose components need the template from the join answer before they start, and which
 # a decommission stops for good.
@@ -116,6 +123,30 @@ class LinkStalled:
     detail: str
 
 
+@dataclass(frozen=True)
+class Noticed:
+    """The provider watcher saw a notice appear, change or end."""
+
+    notice: Notice
+
+
+@dataclass(frozen=True)
+class NoticeDrained:
+    """A controller answer says this host is drained for the notice `event_id`."""
+
+    event_id: str
+
+
+@dataclass(frozen=True)
+class ShuttingDown:
+    """systemd is taking the system down (SIGTERM while `is-system-running` is stopping)."""
+
+
+@dataclass(frozen=True)
+class ShutdownAnnounced:
+    """The shutdown notice and the final report went out (or could not, within bounds)."""
+
+
 Event = Union[
     Boot,
     Joined,
@@ -127,6 +158,10 @@ Event = Union[
     ConfirmedActive,
     WorkersDown,
     LinkStalled,
+    Noticed,
+    NoticeDrained,
+    ShuttingDown,
+    ShutdownAnnounced,
 ]
 
 # --- actions ----------------------------------------------------------------------------
@@ -169,7 +204,51 @@ class Confirm:
     """Ask the controller now whether this host is still wanted."""
 
 
-Action = Union[StartRole, StopRole, WriteTemplate, SaveNow, OpenLink, FinalReport, Confirm]
+@dataclass(frozen=True)
+class RelayNotice:
+    """Write the notice file and send each component its notice_signal."""
+
+    notice: Notice
+
+
+@dataclass(frozen=True)
+class SendNotice:
+    """Relay the notice to the controller (in order, retried)."""
+
+    notice: Notice
+
+
+@dataclass(frozen=True)
+class ApproveEvent:
+    """Tell the platform it need not wait for the event (Azure StartRequests)."""
+
+    event_id: str
+
+
+@dataclass(frozen=True)
+class AnnounceShutdown:
+    """Send the controller a shutdown notice and the final report, then ShutdownAnnounced."""
+
+
+@dataclass(frozen=True)
+class StopForShutdown:
+    """Stop every component: the system is going down."""
+
+
+Action = Union[
+    StartRole,
+    StopRole,
+    WriteTemplate,
+    SaveNow,
+    OpenLink,
+    FinalReport,
+    Confirm,
+    RelayNotice,
+    SendNotice,
+    ApproveEvent,
+    AnnounceShutdown,
+    StopForShutdown,
+]
 Step = tuple[MembershipState, tuple[Action, ...]]
 
 
@@ -179,6 +258,8 @@ def step(state: MembershipState, event: Event, now: float) -> Step:
         return _boot(state, event, now)
     if isinstance(event, LinkStalled):
         return replace(state, link_warning=event.detail), ()
+    if isinstance(event, (Noticed, NoticeDrained, ShuttingDown, ShutdownAnnounced)):
+        return state, _notice_actions(state, event)
     if state.decommissioned:
         return _decommissioned(state, event)
     if isinstance(event, Joined):
@@ -202,6 +283,24 @@ def step(state: MembershipState, event: Event, now: float) -> Step:
         connected = _stand(state, Standing.CONNECTED, now, reason)
         return connected, tuple(StartRole(r, reason) for r in JOIN_FIRST_ROLES)
     return state, ()  # WorkersDown while a member: supervision restarts them as configured
+
+
+def _notice_actions(
+    state: MembershipState, event: Noticed | NoticeDrained | ShuttingDown | ShutdownAnnounced
+) -> tuple[Action, ...]:
+    """A decommissioned host has nothing to tell the controller, nor a worker to warn."""
+    member = state.standing is not Standing.NOT_CONFIGURED and not state.decommissioned
+    if isinstance(event, Noticed):
+        if state.decommissioned:
+            return ()
+        return (RelayNotice(event.notice),) + ((SendNotice(event.notice),) if member else ())
+    if isinstance(event, NoticeDrained):
+        return (ApproveEvent(event.event_id),) if member else ()
+    if isinstance(event, ShuttingDown):
+        # The controller hears it first, so it requeues this host's jobs at once rather
+        # than a host-loss grace after the instance is gone.
+        return (AnnounceShutdown(),) if member else (StopForShutdown(),)
+    return (StopForShutdown(),)
 
 
 def _stand(

@@ -8,7 +8,6 @@ signal through the process's pidfd, so a reused pid never gets it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import signal
@@ -44,12 +43,12 @@ class NoticeRelay:
     def __init__(
         self,
         specs: dict[str, ComponentSpec],
-        pidfd_of: Callable[[str], int | None],
+        send_signal: Callable[[str, int], bool],
         state_directory: Path,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.specs = {n: s for n, s in specs.items() if s.notice_signal is not None}
-        self.pidfd_of = pidfd_of
+        self.send_signal = send_signal  # through the process's pidfd
         self.path = state_directory / NOTICE_FILE
         self.wall = wall
 
@@ -64,16 +63,13 @@ class NoticeRelay:
             return []
         signalled = []
         for name, spec in self.specs.items():
-            pidfd = self.pidfd_of(name)
-            if pidfd is None or spec.notice_signal is None:
+            if spec.notice_signal is None or not self.send_signal(name, spec.notice_signal):
                 continue
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(pidfd, spec.notice_signal)
-                signalled.append(name)
-                log.info(
-                    "%s: sent %s for the %s notice",
-                    name,
-                    signal.Signals(spec.notice_signal).name,
-                    notice.kind.value,
-                )
+            signalled.append(name)
+            log.info(
+                "%s: sent %s for the %s notice",
+                name,
+                signal.Signals(spec.notice_signal).name,
+                notice.kind.value,
+            )
         return signalled

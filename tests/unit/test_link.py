@@ -29,7 +29,7 @@ class FakeClient:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.calls = {"join": 0, "heartbeat": 0, "watch": 0}
+        self.calls = {"join": 0, "heartbeat": 0, "watch": 0, "notice": 0}
         self.watching = 0
         self.most_watching = 0
         self.heartbeat_answer = Answer(Outcome.ACCEPTED, "open", {"host": "n1", "state": "open"})
@@ -44,8 +44,12 @@ class FakeClient:
         self._count("join")
         return ACCEPTED
 
-    def heartbeat(self, payload: dict[str, Any]) -> Answer:
+    def heartbeat(self, payload: dict[str, Any], timeout: float | None = None) -> Answer:
         self._count("heartbeat")
+        return self.heartbeat_answer
+
+    def notice(self, payload: dict[str, Any], timeout: float | None = None) -> Answer:
+        self._count("notice")
         return self.heartbeat_answer
 
     def watch(self, since: int, wait: float) -> Answer:

@@ -151,6 +151,18 @@ class Supervisor:
     def state(self, name: str) -> m.ComponentState:
         return self._states[name]
 
+    def send_signal(self, name: str, signum: int) -> bool:
+        """Signal the component's process through its pidfd, so a reused pid never gets it;
+        False when it has no process."""
+        handle = self._handles.get(name)
+        if handle is None:
+            return False
+        try:
+            signal.pidfd_send_signal(handle.pidfd, signum)
+        except ProcessLookupError:
+            return False
+        return True
+
     def role_down(self, role: str) -> bool:
         """No component of the role runs, starts or stops."""
         names = [name for name, spec in self.specs.items() if spec.role == role]

@@ -1,0 +1,64 @@
+"""The agent's side of cloud notices: the provider watcher, the worker told, the platform released.
+
+Owns the provider watcher; each notice it reports becomes a membership event (`Noticed`) on
+the event loop, and the membership machine decides what follows: `RelayNotice` (here: the
+notice file and each component's notice_signal), `SendNotice` (to the controller) and, once
+the controller says the host is drained for an Azure scheduled event, `ApproveEvent` (here:
+StartRequests, so the platform need not wait for the event's NotBefore time).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from xce_agent.cloud.watcher import Watcher, watcher_for
+from xce_agent.cloud_config import CloudConfig
+from xce_agent.notice_relay import NoticeRelay
+from xce_protocol.notices import Notice, NoticeState
+
+log = logging.getLogger(__name__)
+
+
+class CloudNotices:
+    def __init__(
+        self, config: CloudConfig, relay: NoticeRelay, seen: Callable[[Notice], None]
+    ) -> None:
+        self.config = config
+        self.relay = relay
+        self.seen = seen  # called on a watcher thread
+        self.watcher: Watcher | None = None
+        self._unapproved: set[str] = set()  # Azure events to approve once drained
+
+    def start(self) -> None:
+        if self.config.provider == "none":
+            if self.config.detected:
+                log.info("cloud %s has no notices to watch", self.config.detected)
+            return
+        self.watcher = watcher_for(self.config, self.seen)
+        if self.watcher is not None:
+            self.watcher.start()
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+
+    def tell_components(self, notice: Notice) -> None:
+        """The notice file and each component's notice_signal (on the event loop)."""
+        self.relay.relay(notice)
+        if notice.provider == "azure":
+            if notice.state is NoticeState.ACTIVE:
+                self._unapproved.add(notice.event_id)
+            else:
+                self._unapproved.discard(notice.event_id)
+
+    def approve(self, event_id: str) -> None:
+        """Approve an Azure event once (on a thread of its own: it is an HTTP request)."""
+        if event_id not in self._unapproved or self.watcher is None:
+            return
+        self._unapproved.discard(event_id)
+        watcher = self.watcher
+        threading.Thread(
+            target=watcher.acknowledge, args=([event_id],), name="notice-approve", daemon=True
+        ).start()

@@ -1,0 +1,90 @@
+"""Relaying the provider's notices to the controller, in order, on one thread.
+
+A notice is worth most before its deadline, so it is retried with the link's backoff while
+the controller is unreachable, until accepted, refused (a 4xx: it would be refused again),
+or `GIVE_UP` has passed. Active and ended notices of one event arrive in the order seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from xce_agent.link import Client, retry_delay
+from xce_protocol.notices import Notice
+from xce_protocol.protocol import PROTOCOL, Outcome
+
+log = logging.getLogger(__name__)
+
+GIVE_UP = 300.0
+
+
+def notice_payload(notice: Notice, instance_id: str) -> dict[str, Any]:
+    return {"protocol": PROTOCOL, "instance_id": instance_id, **notice.to_wire()}
+
+
+class NoticeSender:
+    def __init__(
+        self,
+        client: Client,
+        instance_id: str,
+        cap: float = 10.0,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.client = client
+        self.instance_id = instance_id
+        self.cap = cap
+        self.rand = rand
+        self.stopped = threading.Event()
+        self._queue: queue.Queue[Notice | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="controller-notices", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def send(self, notice: Notice) -> None:
+        self._queue.put(notice)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            notice = self._queue.get()
+            if notice is None:
+                return
+            self._deliver(notice)
+
+    def _deliver(self, notice: Notice) -> None:
+        payload = notice_payload(notice, self.instance_id)
+        started = time.monotonic()
+        attempt = 0
+        while not self.stopped.is_set():
+            answer = self.client.notice(payload)
+            if answer.outcome is Outcome.ACCEPTED:
+                log.info(
+                    "controller took the %s notice (%s): host %s",
+                    notice.kind.value,
+                    notice.state.value,
+                    answer.detail,
+                )
+                return
+            # Before the join the controller does not know this host yet: that passes.
+            joining = answer.outcome is Outcome.REFUSED and "unknown_host" in answer.detail
+            final = (Outcome.REFUSED, Outcome.DECOMMISSIONED, Outcome.INCOMPATIBLE)
+            if answer.outcome in final and not joining:
+                log.warning(
+                    "controller refused the %s notice: %s", notice.kind.value, answer.detail
+                )
+                return
+            if time.monotonic() - started > GIVE_UP:
+                log.warning("gave up relaying the %s notice: %s", notice.kind.value, answer.detail)
+                return
+            self.stopped.wait(retry_delay(attempt, self.rand(), self.cap, answer.retry_after))
+            attempt += 1
