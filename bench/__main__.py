@@ -10,7 +10,7 @@ def main() -> None:
     parser.add_argument(
         "sections",
         nargs="*",
-        default=["supervision", "flood", "decommission", "controller", "simulator"],
+        default=["supervision", "flood", "decommission", "notices", "controller", "simulator"],
     )
     parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
     args = parser.parse_args()
@@ -30,6 +30,10 @@ def main() -> None:
             from bench import decommission
 
             print(decommission.run(runs=10 if args.quick else 50))
+        elif section == "notices":
+            from bench import notices
+
+            print(notices.run(runs=8 if args.quick else 20))
         elif section == "controller":
             from bench import controller_load
 
