@@ -39,6 +39,8 @@ DEFAULT_GRACE = 60.0
 def run(runs: int = 20) -> str:
     from tests.metadata_emulator import Emulator
 
+    # A stopped agent's watch is still open when its controller stops: not news here.
+    logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
     rows: list[list[str]] = []
     results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp, Emulator() as emulator:
@@ -182,8 +184,6 @@ LOSS_GRACE = 3.0
 
 def loss_runs(workdir: Path, runs: int) -> list[float]:
     """The instance vanishes (agent and worker SIGKILLed) -> the controller's `lost` fact."""
-    # The vanished agent's watch is still open when the controller stops: not news here.
-    logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
     latencies = []
     for i in range(runs):
         name = f"loss{i}"
