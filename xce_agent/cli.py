@@ -230,6 +230,13 @@ def demo() -> None:
     help="The worker daemon's command line.",
 )
 @click.option("--worker-user", default="", help="Run the worker as this user.")
+@click.option(
+    "--cloud-notices",
+    default="auto",
+    show_default=True,
+    type=click.Choice(("auto", "aws", "gce", "azure", "none")),
+    help="Whose interruption notices to watch (auto: the cloud cloud-init names).",
+)
 def render_user_data(
     controller_url: str,
     template: str,
@@ -240,6 +247,7 @@ def render_user_data(
     ca_file: Any,
     worker_command: str,
     worker_user: str,
+    cloud_notices: str,
 ) -> None:
     """Print cloud-init user-data that installs the config and starts the agent."""
     import shlex
@@ -263,5 +271,6 @@ def render_user_data(
         ca_pem=ca_file.read() if ca_file else "",
         worker_command=tuple(shlex.split(worker_command)),
         worker_user=worker_user,
+        cloud_provider=cloud_notices,
     )
     click.echo(render(data), nl=False)

@@ -26,6 +26,7 @@ class UserData:
     worker_command: tuple[str, ...] = ("/usr/sbin/xce-worker", "--foreground")
     worker_user: str = ""
     decommission_exit_codes: tuple[int, ...] = (100,)
+    cloud_provider: str = "auto"  # whose notices the agent watches; none: no cloud section
 
 
 def agent_config(data: UserData) -> dict[str, object]:
@@ -50,13 +51,16 @@ def agent_config(data: UserData) -> dict[str, object]:
             roles[role] = {"components": {"xce-worker": worker}}
         else:
             roles[role] = {"components": {}}
-    return {
+    config: dict[str, object] = {
         "version": 1,
         "controller": controller,
         "instance": instance,
         "roles": roles,
         "state_directory": "/var/lib/xce-agent",
     }
+    if data.cloud_provider != "none":
+        config["cloud"] = {"provider": data.cloud_provider}
+    return config
 
 
 class _Dumper(yaml.SafeDumper):

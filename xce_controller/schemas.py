@@ -64,6 +64,15 @@ class TemplateBody(BaseModel):
     roles: list[str]
 
 
+class NoticeState(BaseModel):
+    """What the agent needs of its host's notice: which one, and whether it is drained."""
+
+    kind: str
+    event_id: str
+    deadline: Optional[float]
+    drained: bool
+
+
 class JoinAnswer(BaseModel):
     protocol: str
     status: Literal["accepted"]
@@ -76,6 +85,7 @@ class JoinAnswer(BaseModel):
     heartbeat_interval: float
     host_loss_grace: float
     version: int
+    notice: Optional[NoticeState] = None
 
 
 class ComponentReport(Lenient):
@@ -106,15 +116,6 @@ class NoticeDetail(BaseModel):
     acted: bool
     reopen_at: Optional[float]
     reopen: bool
-
-
-class NoticeState(BaseModel):
-    """What the agent needs of its host's notice: which one, and whether it is drained."""
-
-    kind: str
-    event_id: str
-    deadline: Optional[float]
-    drained: bool
 
 
 class HostAnswer(BaseModel):

@@ -142,3 +142,10 @@ def test_bad_notice_signal(tmp_path: Path) -> None:
         f"roles.worker.components.w.notice_signal: expected a signal name such as SIGTERM or "
         f"SIGINT, got 'SIGWAKEUP' ({tmp_path}/agent.yaml line 9)"
     ]
+
+
+def test_rendered_user_data_without_cloud_notices_has_no_cloud_section() -> None:
+    from xce_agent.userdata import UserData, agent_config
+
+    assert agent_config(UserData("http://c"))["cloud"] == {"provider": "auto"}
+    assert "cloud" not in agent_config(UserData("http://c", cloud_provider="none"))

@@ -83,8 +83,11 @@ def test_rendered_user_data_writes_a_config_the_agent_accepts(tmp_path: Path) ->
     config_text = config_text.replace("/var/lib/xce-agent", str(tmp_path / "state"))
     (tmp_path / "agent.yaml").write_text(config_text)
     instance_data = tmp_path / "instance-data.json"
-    instance_data.write_text(json.dumps({"v1": {"instance_id": "i-from-cloud-init"}}))
+    instance_data.write_text(
+        json.dumps({"v1": {"instance_id": "i-from-cloud-init", "cloud_name": "aws"}})
+    )
     config = load_config(tmp_path / "agent.yaml", instance_data=instance_data)
     assert config.instance.id == "i-from-cloud-init" and config.instance.template == "gpu"
+    assert config.cloud.provider == "aws" and config.cloud.detected == "aws"  # auto
     assert config.controller is not None and config.controller.token == "s3cret"
     assert config.components[0].decommission_exit_codes == frozenset({100})
