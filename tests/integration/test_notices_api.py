@@ -104,6 +104,24 @@ def test_rebalance_reopens_by_itself(ctl: ControllerProcess) -> None:
     assert call(ctl, "GET", "/v1/hosts/n1").json()["notice"] is None
 
 
+def test_maintenance_reboot_reopens_when_the_host_rejoins_after_it(ctl: ControllerProcess) -> None:
+    job = joined_with_job(ctl)
+    r = notice(
+        ctl,
+        kind="maintenance",
+        provider="aws",
+        event_id="instance-event-1",
+        deadline=time.time() + 5,
+        impact="reboot",
+    )
+    assert r.json()["state"] == "closed"
+    assert job_state(ctl, job)["state"] == "pending"  # NotBefore - margin has passed
+    again = {"host": "n1", "instance_id": "i-n1", "boot_id": "b1"}
+    assert call(ctl, "POST", "/v1/join", again).json()["state"] == "closed"  # same boot
+    rebooted = call(ctl, "POST", "/v1/join", {**again, "boot_id": "b2"}).json()
+    assert rebooted["state"] == "open" and rebooted["notice"] is None
+
+
 def test_lost_host_with_a_notice_is_listed_to_return_with_it(ctl: ControllerProcess) -> None:
     call(ctl, "POST", "/v1/expected", {"instance_id": "i-n1", "template": "default"})
     joined_with_job(ctl)

@@ -246,3 +246,13 @@ def test_notices_config_section(tmp_path: Path) -> None:
     assert f"notices.requeue_at_once: expected true or false, got 'yes' ({path} line 5)" in (
         info.value.problems
     )
+
+
+def test_rebalance_withdrawn_reopens_at_once() -> None:
+    w = World()
+    a = w.join("a")
+    w.notice(a, NoticeKind.REBALANCE, event_id="aws-rebalance")
+    w.now = 30.0
+    w.notice(a, NoticeKind.REBALANCE, event_id="aws-rebalance", state=NoticeState.ENDED)
+    assert w.state(a) is HostState.OPEN and w.cluster.hosts[a].notice is None
+    assert w.cluster.hosts[a].reason == "rebalance notice withdrawn by aws"
