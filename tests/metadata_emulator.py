@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import json
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -90,14 +91,22 @@ class EmulatorState:
     applied: list[Applied] = field(default_factory=list)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-answer (an aborted long-poll) is not news."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class Emulator:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.state = EmulatorState()
         self.cond = threading.Condition()
         self._timers: list[threading.Timer] = []
         handler = type("Handler", (_Handler,), {"emulator": self})
-        self.server = ThreadingHTTPServer((host, port), handler)
-        self.server.daemon_threads = True
+        self.server = _Server((host, port), handler)
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property

@@ -127,7 +127,7 @@ def test_notice_signal_sets_the_notice_file(tmp_path: Path) -> None:
     cfg = load_config(config(tmp_path, text, "        notice_signal: SIGUSR1\n"))
     [spec] = cfg.components
     assert spec.notice_signal == signal.SIGUSR1
-    assert spec.environment["XCE_NOTICE_FILE"] == f"{tmp_path}/state/notice.json"
+    assert spec.environment["XCE_NOTICE_FILE"] == f"{tmp_path}/state/notice-w.json"
 
 
 def test_without_notice_signal_no_notice_file(tmp_path: Path) -> None:
