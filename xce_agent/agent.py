@@ -227,8 +227,8 @@ class Agent:
         self.reactor.add_signal_handler(signal.SIGHUP, self._on_hup)
 
     def _on_term(self, signum: int) -> None:
-        if self._leaving == "stop" or self._announcing:
-            return  # already on its way out
+        if self._announcing:
+            return  # already telling the controller; the components stop next
         if self._shutting_down():
             log.info("system is shutting down: telling the controller, then stopping components")
             self._announcing = True

@@ -143,16 +143,20 @@ class ControllerLink:
 
         def announce() -> None:
             started = self.clock()
-            outcome = "not sent"
+            outcome, reported = "not sent", False
             try:
-                outcome = self.client.notice(notice_payload, budget).outcome.value
-                self.client.heartbeat(self.heartbeat_payload(), budget)
+                said = self.client.notice(notice_payload, budget)
+                outcome = said.outcome.value
+                if said.outcome is not Outcome.RETRY:  # unreachable: do not wait twice
+                    self.client.heartbeat(self.heartbeat_payload(), budget)
+                    reported = True
             except Exception:
                 log.exception("shutdown notice to the controller failed")
             log.info(
-                "shutdown notice %s and final report sent in %.3fs",
-                outcome,
+                "shutdown announced in %.3fs: notice %s, %s",
                 self.clock() - started,
+                outcome,
+                "final report sent" if reported else "no final report",
             )
             self.post(ms.ShutdownAnnounced())
 

@@ -180,5 +180,27 @@ def test_os_shutdown_requeues_the_hosts_jobs_at_once(world: World, tmp_path: Pat
     assert listed["id"] == job["id"] and "shutdown notice" in listed["note"]
     assert requeued_after < 3.0  # the host-loss grace is 30 s
     agent.proc.wait(timeout=20)
-    assert "shutdown notice accepted and final report sent in" in agent.log()
+    assert "notice accepted, final report sent" in agent.log()
     assert world.host()["report"]["agent_state"] == "stopping"
+
+
+def test_os_shutdown_with_the_controller_gone_still_stops_the_worker(
+    world: World, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "systemctl"
+    fake.write_text("#!/bin/sh\necho stopping\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    agent = world.agent("aws", env=env)
+    wait_for(agent.worker_pid, timeout=20)
+    pid = agent.worker_pid()
+    world.ctl.kill()  # nobody to tell
+    assert agent.proc is not None and pid is not None
+    started = time.monotonic()
+    agent.proc.send_signal(signal.SIGTERM)
+    agent.proc.wait(timeout=30)
+    assert time.monotonic() - started < 15  # the notice is bounded, then the usual stop
+    assert agent.worker()["phase"] == "stopped"
+    assert "notice retry, no final report" in agent.log()
