@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 2.0  # a metadata service on the host answers in milliseconds
 LONG_POLL = 60  # GCE timeout_sec; the client waits a little longer, never less
 TOKEN_REFRESH = 60.0  # renew the AWS token when this little of its life is left
+AZURE_FIRST_CALL = 120.0  # Azure: the first call enables Scheduled Events and may take 2 min
 
 DEFAULT_URLS = {
     # Addresses, not names: resolving a name has no timeout the watcher could bound.
@@ -174,6 +175,7 @@ class AzureSource:
         self.base = base
         self.vm_name = ""
         self._headers: Mapping[str, str] = {azure.HEADER: "true"}
+        self._enabled = False  # an answer came: the service is on for this VM
 
     def observe(self) -> list[Observed]:
         if not self.vm_name:
@@ -182,9 +184,11 @@ class AzureSource:
             "GET",
             f"{self.base}{azure.EVENTS_PATH}?api-version={azure.API_VERSION}",
             self._headers,
-            REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT if self._enabled else AZURE_FIRST_CALL,
         )
-        return azure.parse_events(reply.status, reply.body, self.vm_name)
+        found = azure.parse_events(reply.status, reply.body, self.vm_name)
+        self._enabled = True
+        return found
 
     def acknowledge(self, event_ids: list[str]) -> bool:
         """Approve events (StartRequests); True when the platform took the approval."""
