@@ -39,8 +39,6 @@ DEFAULT_GRACE = 60.0
 def run(runs: int = 20) -> str:
     from tests.metadata_emulator import Emulator
 
-    # A stopped agent's watch is still open when its controller stops: not news here.
-    logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
     rows: list[list[str]] = []
     results: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp, Emulator() as emulator:
@@ -117,6 +115,9 @@ def embedded(workdir: Path, name: str, grace: float) -> tuple[Any, Stamps]:
     interval = min(10.0, grace / 4)
     cluster.write_text(CLUSTER.format(interval=f"{interval:g}s", grace=f"{grace:g}s"))
     ec = EmbeddedController(load_cluster_config(cluster), workdir / f"{name}.db").start()
+    # A stopped agent's watch is still open when its controller stops: not news here (set
+    # after uvicorn configured its loggers).
+    logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
     return ec, Stamps(ec.controller)
 
 

@@ -46,6 +46,7 @@ class SpotScenario:
 class SpotOutcome:
     handled: bool
     jobs: Counter[str]
+    interruptions: int
     lost_work_hours: float
     requeue_delays: list[float]
 
@@ -55,13 +56,15 @@ class SpotRun:
         self.spec = spec
         self.handle = handle_notices
         self.cfg = cfg
+        # Two streams, so both runs see the same interruptions whatever their jobs do.
         self.rng = random.Random(spec.seed)  # noqa: S311 - a seeded simulation, not crypto
+        self.job_rng = random.Random(spec.seed + 1)  # noqa: S311
         self.cluster = Cluster()
         self.now = 0.0
         self.queue: list[tuple[float, int, Callable[[], None]]] = []
         self.seq = itertools.count()
         self.gone: dict[str, float] = {}  # host key -> when its instance went
-        self.outcome = SpotOutcome(handle_notices, Counter(), 0.0, [])
+        self.outcome = SpotOutcome(handle_notices, Counter(), 0, 0.0, [])
         self.serial = itertools.count()
 
     def at(self, when: float, action: Callable[[], None]) -> None:
@@ -114,6 +117,7 @@ class SpotRun:
 
     def _gone(self, key: str) -> None:
         self.gone[key] = self.now
+        self.outcome.interruptions += 1
         for job in self.cluster.jobs_on(key):
             self.outcome.jobs["lost (running when the instance went)"] += 1
             started = job.started_at if job.started_at is not None else self.now
@@ -140,7 +144,7 @@ class SpotRun:
             self.outcome.jobs["lost (placed on a host already gone)"] += 1
             return
         self.commit(jobmodel.job_report(self.cluster, self.now, host, job_id, "started"))
-        duration = self.rng.expovariate(1 / (self.spec.job_minutes * 60))
+        duration = self.job_rng.expovariate(1 / (self.spec.job_minutes * 60))
         self.at(self.now + duration, functools.partial(self._finished, job_id, key))
 
     def _finished(self, job_id: int, key: str) -> None:
@@ -188,13 +192,17 @@ def run_spot(spec: SpotScenario) -> tuple[SpotOutcome, SpotOutcome]:
 
 def render(spec: SpotScenario, without: SpotOutcome, with_: SpotOutcome) -> str:
     keys = sorted(set(without.jobs) | set(with_.jobs))
-    width = max(len(k) for k in [*keys, "lost work (job-hours)"])
+    width = max(len(k) for k in [*keys, "lost work (job-hours)", "instances interrupted"])
     lines = [
         f"spot scenario: {spec.hosts} hosts x {spec.slots} slots, {spec.hours:g} virtual hours, "
         f"{spec.interruptions_per_host_hour:g} interruptions per host-hour, "
         f"{spec.lead:g} s notice",
         f"{'':<{width}}  {'without notices':>15}  {'with notices':>12}",
     ]
+    lines.append(
+        f"{'instances interrupted':<{width}}  {without.interruptions:>15,}  "
+        f"{with_.interruptions:>12,}"
+    )
     lines += [f"{k:<{width}}  {without.jobs[k]:>15,}  {with_.jobs[k]:>12,}" for k in keys]
     lines.append(
         f"{'lost work (job-hours)':<{width}}  {without.lost_work_hours:>15,.1f}  "

@@ -8,6 +8,7 @@ from xce_controller.spot_scenario import SpotScenario, render, run_spot
 def test_notices_turn_lost_jobs_into_jobs_requeued_in_time() -> None:
     spec = SpotScenario(hosts=20, slots=2, hours=2.0, interruptions_per_host_hour=0.5)
     without, with_ = run_spot(spec)
+    assert without.interruptions == with_.interruptions > 0  # the same interruptions
     lost = without.jobs["lost (running when the instance went)"]
     assert lost > 0 and without.lost_work_hours > 0
     assert without.jobs["requeued after the host-loss grace"] == lost
