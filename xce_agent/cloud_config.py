@@ -1,7 +1,9 @@
 """The `cloud:` section of the agent's config: which provider's notices to watch, and how.
 
 `provider: auto` reads `v1.cloud_name` from cloud-init's instance data (aws, gce, azure are
-watched; any other cloud has nothing to watch). Without the section nothing is watched.
+watched; any other cloud has nothing to watch; without instance data, say on a host that
+cloud-init did not set up, nothing is watched and the agent says so when it starts, while
+an unreadable or garbled file is a config error). Without the section nothing is watched.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class CloudConfig:
     metadata_url: str = ""  # "" means the provider's own address
     poll_interval: float = DEFAULT_POLL_INTERVAL
     detected: str = ""  # what cloud-init named, when provider was auto
+    note: str = ""  # why auto found nothing to watch, logged when the agent starts
 
 
 NO_CLOUD = CloudConfig("none")
@@ -64,6 +67,9 @@ def parse_cloud(doc: LineDict, c: Checker, instance_data: Path) -> CloudConfig |
         return None
     detected = ""
     if provider == "auto":
+        if not instance_data.exists():
+            note = f"provider auto: no {instance_data} (cloud-init did not run): nothing watched"
+            return CloudConfig("none", note=note)
         found = _cloud_name(instance_data, c, c.line_of(node, "provider"))
         if found is None:
             return None
@@ -76,9 +82,6 @@ def _cloud_name(instance_data: Path, c: Checker, line: int) -> str | None:
     expected = f"v1.cloud_name in cloud-init's {instance_data} (provider: auto)"
     try:
         data = json.loads(instance_data.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        c.report("cloud.provider", expected, "no such file (has cloud-init run?)", line)
-        return None
     except (OSError, ValueError) as exc:
         c.report("cloud.provider", expected, f"an unreadable file ({exc.__class__.__name__})", line)
         return None

@@ -33,7 +33,9 @@ class CloudNotices:
 
     def start(self) -> None:
         if self.config.provider == "none":
-            if self.config.detected:
+            if self.config.note:
+                log.warning("cloud: %s", self.config.note)
+            elif self.config.detected:
                 log.info("cloud %s has no notices to watch", self.config.detected)
             return
         self.watcher = watcher_for(self.config, self.seen)

@@ -98,11 +98,6 @@ BAD = [
         "got unknown key 'provder' (F line 10)",
     ),
     ("cloud: aws\n", "cloud: expected a mapping, got 'aws' (F line 9)"),
-    (
-        "cloud:\n  provider: auto\n",
-        "cloud.provider: expected v1.cloud_name in cloud-init's INSTANCE_DATA (provider: auto), "
-        "got no such file (has cloud-init run?) (F line 10)",
-    ),
 ]
 
 
@@ -114,6 +109,19 @@ def test_bad_cloud_section_reports_exact_message(tmp_path: Path, text: str, mess
         load_config(path, instance_data=data)
     expected = message.replace("F line", f"{path} line").replace("INSTANCE_DATA", str(data))
     assert expected in info.value.problems, info.value.problems
+
+
+def test_auto_without_instance_data_watches_nothing_and_says_why(tmp_path: Path) -> None:
+    data = tmp_path / "no-instance-data.json"
+    cloud = load_config(config(tmp_path, "cloud: {provider: auto}\n"), instance_data=data).cloud
+    assert cloud.provider == "none" and str(data) in cloud.note
+
+
+def test_garbled_instance_data_is_an_error(tmp_path: Path) -> None:
+    data = tmp_path / "instance-data.json"
+    data.write_text("{not json")
+    with pytest.raises(ConfigError, match="an unreadable file"):
+        load_config(config(tmp_path, "cloud: {provider: auto}\n"), instance_data=data)
 
 
 def test_cloud_name_missing_from_instance_data(tmp_path: Path) -> None:
