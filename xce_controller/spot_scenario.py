@@ -21,9 +21,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xce_controller import deadlines, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
-from xce_controller import notices
 from xce_controller.config import ClusterConfig, Template
 from xce_controller.facts import apply
 from xce_controller.model import Cluster, Fact, HostState, JobState
@@ -129,10 +129,10 @@ class SpotRun:
         """Run what time makes due for the host, and come back when more is due."""
         host = self.cluster.hosts[key]
         seen = self.gone.get(key, self.now)
-        self.commit(lc.host_due(self.cluster, self.cfg, self.now, host, seen))
+        self.commit(deadlines.host_due(self.cluster, self.cfg, self.now, host, seen))
         self.commit(jobmodel.place(self.cluster, self.cfg, self.now))
         host = self.cluster.hosts[key]
-        due = lc.next_due(host, self.cfg, seen)
+        due = deadlines.next_due(host, self.cfg, seen)
         watched = key in self.gone or host.notice is not None
         if watched and host.state is not HostState.LOST and due is not None and due > self.now:
             self.at(due, functools.partial(self._check, key))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from xce_controller import deadlines, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
-from xce_controller import notices
 from xce_controller.config import ClusterConfig, Template, load_cluster_config
 from xce_controller.facts import apply
 from xce_controller.model import Cluster, Fact, HostState, JobState
@@ -41,7 +41,7 @@ class World:
     def tick(self, to: float) -> None:
         self.now = to
         for host in list(self.cluster.hosts.values()):
-            self.commit(lc.host_due(self.cluster, self.cfg, to, host, to))
+            self.commit(deadlines.host_due(self.cluster, self.cfg, to, host, to))
         self.commit(jobmodel.place(self.cluster, self.cfg, to))
 
     def join(self, name: str, boot: str = "b1") -> str:
@@ -87,7 +87,7 @@ def test_preemption_closes_and_requeues_what_still_runs_at_deadline_minus_margin
     assert w.state(a) is HostState.CLOSED
     assert "preemption notice (aws), platform acts at" in w.cluster.hosts[a].reason
     assert notices.next_due(w.cluster.hosts[a]) == 110.0
-    assert lc.next_due(w.cluster.hosts[a], w.cfg, 0.0) == 110.0
+    assert deadlines.next_due(w.cluster.hosts[a], w.cfg, 0.0) == 110.0
     w.tick(109.9)
     assert w.job(job) is JobState.RUNNING
     w.tick(110.0)
