@@ -61,6 +61,9 @@ class Scenario:
     return_after: Dist = field(default_factory=lambda: Dist("fixed", 600.0))
     notices_per_hour: float = 0.0  # spot interruption notices per host-hour
     notice_lead: float = 120.0  # how long before the instance goes the notice comes
+    # Who acts on a notice: the provisioner (a decommission with the lead as drain timeout),
+    # the agent (the notice to the controller, notices.py), or nobody (loss detection only).
+    notice_handling: str = "decommission"
     stuck_after: float = 3600.0  # a host in one state longer than this is reported
 
 
@@ -167,13 +170,16 @@ def load_scenario(path: Path) -> Scenario:
     )
 
 
+HANDLINGS = ("decommission", "notice", "none")
+
+
 def _faults(doc: LineDict, c: Checker) -> dict[str, Any] | None:
     """Controller restarts, hosts back after loss, spot notices, the stuck bound."""
     out: dict[str, Any] = {}
     for key, keys in (
         ("restarts", ("count", "downtime")),
         ("returns_after_loss", ("share", "after")),
-        ("spot_notices", ("per_host_hour", "lead")),
+        ("spot_notices", ("per_host_hour", "lead", "handling")),
     ):
         if key in doc:
             node = c.mapping(doc, key, "")
@@ -193,12 +199,16 @@ def _faults(doc: LineDict, c: Checker) -> dict[str, Any] | None:
             notices, "per_host_hour", "spot_notices", default=0.0, minimum=0.0, maximum=1.0
         ),
         "notice_lead": c.duration(notices, "lead", "spot_notices", default=120.0),
+        "notice_handling": c.choice(
+            notices, "handling", "spot_notices", HANDLINGS, default="decommission"
+        ),
         "stuck_after": c.duration(doc, "stuck_after", "", default=3600.0, positive=True),
     }
     if any(v is None for v in values.values()):
         return None
     for key, value in values.items():
-        out[key] = value if isinstance(value, Dist) else float(value)  # type: ignore[arg-type]
+        keep = isinstance(value, (Dist, str))
+        out[key] = value if keep else float(value)  # type: ignore[arg-type]
     out["restarts"] = int(out["restarts"])
     return out
 

@@ -23,13 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xce_controller import deadlines
+from xce_controller import deadlines, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.facts import apply
 from xce_controller.model import JOINED, Cluster, Fact, HostState, JobState
 from xce_controller.scenario import Scenario
 from xce_controller.sim_report import Series, Stuck, Summary
+from xce_protocol.notices import Notice, NoticeKind
 
 HOST_FACTS = ("expected", "joined", "rejoined", "state", "drain")
 # Facts after which nothing can be due for the host by time or by a drain's end: a job given
@@ -178,8 +179,12 @@ class Simulation:
     def _requeued(self, fact: Fact) -> None:
         job = self.cluster.jobs[int(fact.data["id"])]
         self.outcomes["requeued"] += 1
+        if "notice" in str(fact.data.get("why", "")):
+            self.outcomes["requeued on notice"] += 1  # before the instance went
         lost = job.assigned
         by_loss = job.state is JobState.RUNNING and "lost" in str(fact.data.get("why", ""))
+        if by_loss:
+            self.outcomes["requeued after loss"] += 1  # a host-loss grace after it went
         if by_loss and (lost not in self.silent or lost in self.coming_back):
             self.outcomes["run twice"] += 1  # its first run goes on where it was
         self.at(self.now, functools.partial(self._rehome, job.id))
@@ -293,12 +298,14 @@ class Simulation:
 
     def _notice(self, key: str) -> None:
         """A spot interruption notice: the instance goes in `notice_lead`; the provisioner
-        asks for a decommission with that drain timeout."""
+        asks for a decommission with that drain timeout, or the agent relays the notice
+        (`handling: notice`), or nobody acts on it (`handling: none`)."""
         if self.cluster.hosts[key].state not in JOINED or key in self.silent:
             return
         gone = self.now + self.spec.notice_lead
         self.at(gone, functools.partial(self._die, key))
-        self.ctl(functools.partial(self._noticed, key, gone))
+        if self.spec.notice_handling != "none":
+            self.ctl(functools.partial(self._noticed, key, gone))
 
     def _noticed(self, key: str, gone: float) -> None:
         host = self.cluster.hosts[key]
@@ -306,6 +313,9 @@ class Simulation:
             self.missed["spot notice: the controller was down until the instance went"] += 1
         elif host.state not in (HostState.OPEN, HostState.CLOSED):
             self.missed[f"spot notice: host already {host.state.value}"] += 1
+        elif self.spec.notice_handling == "notice":
+            notice = Notice(NoticeKind.PREEMPTION, "aws", "aws-spot", gone)
+            self.commit(notices.receive(self.cluster, self.cfg, self.now, host, notice))
         else:
             self._decommission(key, gone - self.now, "spot interruption notice")
 

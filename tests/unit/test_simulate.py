@@ -152,3 +152,35 @@ def test_plot_draws_hosts_by_state_and_jobs_by_outcome(tmp_path: Path) -> None:
     plot(summary, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     assert len(summary.series.times) > 200 and "open" in summary.series.hosts
+
+
+SPOT = """\
+version: 1
+hosts: 200
+duration: 6h
+seed: 3
+join_delay: {distribution: fixed, mean: 10s}
+spot_notices: {per_host_hour: 0.05, lead: 2m, handling: HANDLING}
+jobs: {per_host: 1, duration: {distribution: exponential, mean: 3h}}
+"""
+
+
+def test_spot_notices_handled_by_the_agent_requeue_in_time(tmp_path: Path) -> None:
+    heard = _faults(tmp_path, SPOT.replace("HANDLING", "notice"))
+    ignored = _faults(tmp_path, SPOT.replace("HANDLING", "none"))
+    assert heard.jobs.get("requeued on notice", 0) > 0
+    assert heard.jobs.get("requeued after loss", 0) == 0  # none was running when it went
+    assert ignored.jobs.get("requeued after loss", 0) > 0
+    assert ignored.jobs.get("requeued on notice", 0) == 0
+    assert "requeued on notice" in heard.render()
+
+
+def test_unknown_notice_handling_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SPOT.replace("HANDLING", "pray"))
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    assert any(
+        "spot_notices.handling: expected one of decommission, notice, none" in p
+        for p in info.value.problems
+    )
