@@ -74,13 +74,13 @@ BAD = [
     ),
     (
         "cloud:\n  provider: aws\n  poll_interval: 0.01\n",
-        "cloud.poll_interval: expected a duration >= 0.2s (seconds, or like 500ms, 30s, 5m, 1h), "
-        "got 0.01 (F line 11)",
+        "cloud.poll_interval: expected a duration from 0.2s to 168h (seconds, or like 500ms, 30s, "
+        "5m, 1h), got 0.01 (F line 11)",
     ),
     (
         "cloud:\n  provider: aws\n  poll_interval: .nan\n",
-        "cloud.poll_interval: expected a duration >= 0.2s (seconds, or like 500ms, 30s, 5m, 1h), "
-        "got nan (F line 11)",
+        "cloud.poll_interval: expected a duration from 0.2s to 168h (seconds, or like 500ms, 30s, "
+        "5m, 1h), got nan (F line 11)",
     ),
     (
         "cloud:\n  provider: aws\n  metadata_url: 169.254.169.254\n",
