@@ -30,7 +30,10 @@ from urllib.parse import urlsplit
 MAX_BODY = 1 << 20  # decoded bytes; the largest legitimate answer (a watch with jobs) is far less
 MAX_DEPTH = 32
 _CHUNK = 16384
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+# The closing quote is optional: an unterminated string runs to the end of the body. Without
+# that, each quote of a body like `"\"\"\"...` would be rescanned to the end (quadratic: an
+# hour of CPU for 1 MiB, holding the interpreter lock and so the whole agent).
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.S)
 _BRACKET = re.compile(rb"[\[\]{}]")
 
 

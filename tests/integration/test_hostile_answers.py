@@ -243,6 +243,7 @@ CASES: dict[str, Case] = {
     "deep-json": Case(answer(200, deep(1000))),
     "deep-json-in-a-refusal": Case(answer(410, deep(1000, REFUSAL))),
     "decompression-bomb": Case(bomb, check=rss_bounded),
+    "unterminated-string-of-escaped-quotes": Case(answer(200, b'"' + b'\\"' * 500_000)),
     # rates and intervals
     "instant-watch-answers": Case(
         answer(200, {**HOST_ANSWER, "jobs": []}), on=("watch",), check=rate_at_most("watch", 8)
