@@ -8,6 +8,8 @@ XCE_CONTROLLER_URL and XCE_CREDENTIAL_FILE (the token for its own requests: read
 memory). Jobs get a clean environment (a fixed PATH, their HOME and user, XCE_JOB_ID): nothing
 of the worker's, so neither the credential nor its path. The worker also makes itself
 non-dumpable, so a job running as the same user cannot read its memory through /proc.
+Nothing a job or the controller says kills it: a job that cannot start is reported as finished
+with code 127, malformed jobs are skipped, and watches start at least MIN_WATCH_GAP apart.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from xce_protocol.protocol import Identity, Outcome, classify
 
 DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
 JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
+MIN_WATCH_GAP = 0.5  # between the starts of two watches, however fast (or badly) answered
+NOT_STARTED_EXIT = 127  # a job whose command cannot be run, as a shell reports it
 _PR_SET_DUMPABLE = 4
 log = logging.getLogger("sample-worker")
 
@@ -97,7 +101,11 @@ class SampleWorker:
         if response.status_code != 200:
             log.warning("join refused: %s", response.text[:200])
             return False
-        self.version = int(response.json().get("version", 0))
+        try:
+            self.version = int(response.json().get("version", 0))
+        except (ValueError, TypeError, AttributeError):
+            log.warning("ignoring a malformed join answer")
+            return False
         log.info("joined as %s with %d slots", self.host, self.slots)
         return True
 
@@ -115,6 +123,12 @@ class SampleWorker:
             sys.exit(DECOMMISSIONED_EXIT)
 
     def step(self) -> None:
+        """One watch; the next one starts no sooner than MIN_WATCH_GAP after this one did."""
+        started = time.monotonic()
+        self._watch()
+        time.sleep(max(0.0, MIN_WATCH_GAP - (time.monotonic() - started)))
+
+    def _watch(self) -> None:
         params: dict[str, str | int | float] = {
             "since": self.version,
             "timeout": 1.0,
@@ -132,7 +146,7 @@ class SampleWorker:
         try:
             body = response.json()
             self.version = int(body.get("version", self.version))
-            jobs = [j for j in body.get("jobs", []) if isinstance(j, dict)]
+            jobs = [j for j in body.get("jobs", []) if _well_formed(j)]
         except (ValueError, TypeError, AttributeError):
             log.warning("ignoring a malformed watch answer")
             return
@@ -147,12 +161,20 @@ class SampleWorker:
         for job_id, job in sorted(mine.items()):
             if job_id in self.running or len(self.running) >= self.slots:
                 continue
-            proc = subprocess.Popen(
-                job["command"],
-                start_new_session=True,
-                env=job_env(self.env, job_id),
-                stdin=subprocess.DEVNULL,
-            )
+            try:
+                proc = subprocess.Popen(
+                    job["command"],
+                    start_new_session=True,
+                    env=job_env(self.env, job_id),
+                    stdin=subprocess.DEVNULL,
+                )
+            except (OSError, ValueError) as exc:  # the job's failure, never the worker's
+                log.warning("job %d cannot start: %s", job_id, exc)
+                self._post(
+                    f"/v1/hosts/{self.host}/jobs/{job_id}/finished",
+                    {"exit_code": NOT_STARTED_EXIT},
+                )
+                continue
             self.running[job_id] = Running(proc, job_id)
             self._post(f"/v1/hosts/{self.host}/jobs/{job_id}/started", {})
             log.info("job %d started: %s", job_id, " ".join(job["command"]))
@@ -182,6 +204,15 @@ class SampleWorker:
         for run in self.running.values():
             self._kill(run)
         self.running.clear()
+
+
+def _well_formed(job: Any) -> bool:
+    if not isinstance(job, dict) or not isinstance(job.get("state"), str):
+        return False
+    job_id, command = job.get("id"), job.get("command")
+    if not isinstance(job_id, int) or isinstance(job_id, bool):
+        return False
+    return isinstance(command, list) and bool(command) and all(isinstance(a, str) for a in command)
 
 
 def main() -> int:

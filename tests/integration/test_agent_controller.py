@@ -243,3 +243,24 @@ def test_worker_rejoin_refused_code_is_confirmed_with_the_controller(
     wait_for(lambda: agent.worker_pid() and agent.worker().get("restarts") == 1)
     assert agent.state().get("tombstone") is None
     assert "controller says this host is active" in agent.log()
+
+
+def test_a_job_that_cannot_start_fails_alone_and_the_worker_stays(world: World) -> None:
+    # A submitted command that does not exist used to crash the sample worker at every
+    # restart (the job stays assigned) until its crash loop stopped it for good.
+    agent = world.agent("i-1", "node1")
+    wait_for(agent.worker_pid)
+    pid = agent.worker_pid()
+    bad = world.api("POST", "/v1/jobs", json={"command": ["/nonexistent/job"], "host": "node1"})
+
+    def job(job_id: int) -> dict[str, Any]:
+        return dict(next(j for j in world.api("GET", "/v1/jobs") if j["id"] == job_id))
+
+    wait_for(lambda: job(bad["id"])["state"] == "failed", timeout=15)
+    assert job(bad["id"])["exit_code"] == 127
+    good = world.api("POST", "/v1/jobs", json={"command": ["true"], "host": "node1"})
+    wait_for(lambda: job(good["id"])["state"] == "done", timeout=15)
+    assert agent.worker_pid() == pid and agent.worker().get("restarts") == 0
+    world.api("POST", "/v1/hosts/node1/decommission", json={"reason": "gone"})
+    wait_for(lambda: agent.worker().get("phase") == "stopped", timeout=15)
+    assert agent.state()["tombstone"]["reason"].startswith("gone")

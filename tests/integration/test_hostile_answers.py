@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.agents import AgentProcess
+from tests.integration.agents import SAMPLE_WORKER, AgentProcess
 from tests.integration.fake_controller import (
     ACCEPT,
     HOST,
@@ -65,6 +65,7 @@ class Case:
     seen: int = 2  # bad answers the agent must have received, on each endpoint in `on`
     check: Callable[[Run], None] | None = None  # more assertions once the answers were seen
     tls: bool = False
+    sample_worker: bool = False  # the worker is `xce-agent sample-worker`, which watches too
 
 
 def answer(status: int, body: Any, headers: dict[str, str] | None = None) -> Writer:
@@ -193,6 +194,13 @@ def all_of(*checks: Callable[[Run], None]) -> Callable[[Run], None]:
 
 
 NO_PROTOCOL = {k: v for k, v in REFUSAL.items() if k != "protocol"}
+BAD_JOBS = [
+    {"id": 1},
+    {"id": "2", "state": "assigned", "command": ["true"]},
+    {"id": 3, "state": "assigned", "command": "true"},
+    {"id": 4, "state": "assigned", "command": ["/nonexistent/job"]},
+    {"id": 5, "state": "assigned", "command": ["tr\u0000ue"]},
+]
 UNKNOWN = {"protocol": "1.0", "error": "unknown_host", "message": "no such host"}
 
 CASES: dict[str, Case] = {
@@ -264,6 +272,22 @@ CASES: dict[str, Case] = {
     "repeated-404-unknown-host": Case(
         answer(404, UNKNOWN), on=("heartbeat",), seen=4, check=one_watch_and_few_threads
     ),
+    # the sample worker watches as well: it neither spins nor dies on what it is told
+    "sample-worker-watch-answered-500-at-once": Case(
+        answer(500, {"protocol": "1.0", "error": "internal"}),
+        on=("watch",),
+        sample_worker=True,
+        check=rate_at_most("watch", 15),  # the agent 6, the worker 6
+    ),
+    "sample-worker-instant-watch-answers": Case(
+        answer(200, {**HOST_ANSWER, "jobs": []}),
+        on=("watch",),
+        sample_worker=True,
+        check=rate_at_most("watch", 15),  # the agent 6, the worker 6
+    ),
+    "sample-worker-malformed-and-unstartable-jobs": Case(
+        answer(200, {**HOST_ANSWER, "jobs": BAD_JOBS}), on=("watch",), seen=4, sample_worker=True
+    ),
     # definite refusals are shown as refusals, and never obeyed as a decommission
     "401-unauthorized": Case(
         answer(401, {"protocol": "1.0", "error": "unauthorized", "message": "bad token"}),
@@ -286,7 +310,8 @@ def run_case(name: str, case: Case, workdir: Path) -> None:
     tls = self_signed(workdir) if case.tls else None
     server = FakeController(case.write, case.on, tls=tls)
     ca = str(tls[0]) if tls else ""
-    agent = AgentProcess(workdir, server.url, INSTANCE, HOST, worker=SLEEPER, ca_file=ca)
+    worker = SAMPLE_WORKER if case.sample_worker else SLEEPER
+    agent = AgentProcess(workdir, server.url, INSTANCE, HOST, worker=worker, ca_file=ca)
     run = Run(name, server, agent)
     try:
         agent.start()
