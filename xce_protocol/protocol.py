@@ -15,6 +15,7 @@ from typing import Any
 
 PROTOCOL = "1.0"
 MAJOR = PROTOCOL.split(".", maxsplit=1)[0]
+BUSY = frozenset({429, 503})  # the only answers whose Retry-After is honoured
 
 
 class Outcome(enum.Enum):
@@ -50,6 +51,9 @@ def _major(body: dict[str, Any]) -> str | None:
 
 def classify(status: int, body: Any, me: Identity, retry_after: float | None = None) -> Answer:
     """Turn an HTTP status and parsed JSON body into what the agent may act on."""
+    # Retry-After on any other answer (a 500, garbage, a 404 page) would let one bad answer
+    # silence the link for minutes, and with it a later refusal.
+    retry_after = retry_after if status in BUSY else None
     if 300 <= status < 400:
         return Answer(Outcome.RETRY, f"HTTP {status} redirect: not followed")
     if status >= 500 or not isinstance(body, dict):
@@ -72,7 +76,7 @@ def classify(status: int, body: Any, me: Identity, retry_after: float | None = N
         return _refusal(body, me)
     if 200 <= status < 300:
         return _accepted(body, me)
-    if status in {429, 503}:
+    if status in BUSY:
         return Answer(Outcome.RETRY, f"HTTP {status}: busy", retry_after=retry_after)
     message = body.get("message") if isinstance(body.get("message"), str) else ""
     kind = body.get("error") if isinstance(body.get("error"), str) else "error"

@@ -209,6 +209,9 @@ CASES: dict[str, Case] = {
     "html-404": Case(answer(404, b"<html>not found</html>", {"Content-Type": "text/html"})),
     "refusal-with-500": Case(answer(500, REFUSAL)),
     "refusal-with-503": Case(answer(503, REFUSAL, {"Retry-After": "1"})),
+    # Retry-After is only for 429/503: on anything else it would silence the link for minutes
+    "retry-after-300-on-a-500": Case(answer(500, REFUSAL, {"Retry-After": "300"})),
+    "retry-after-300-on-garbage": Case(answer(200, b"<html>", {"Retry-After": "300"})),
     "refusal-for-another-host": Case(answer(410, {**REFUSAL, "host": "node2"})),
     "refusal-for-another-instance": Case(answer(410, {**REFUSAL, "instance_id": "i-2"})),
     "410-without-refusal": Case(answer(410, {"protocol": "1.0", "error": "gone"})),

@@ -57,6 +57,26 @@ def test_only_a_well_formed_refusal_for_this_host_is_a_decommission(
     assert classify(status, body, ME).outcome is outcome
 
 
+@pytest.mark.parametrize(
+    ("status", "body", "honoured"),
+    [
+        (503, {"error": "busy"}, True),
+        (429, {"protocol": "1.0", "error": "busy"}, True),
+        (503, None, True),  # a proxy's busy page still means busy
+        (500, {"protocol": "1.0", "error": "internal"}, False),
+        (502, None, False),
+        (200, None, False),  # garbage
+        (404, None, False),  # someone's HTML page
+        (200, {"host": "node1", "state": "open"}, False),  # no protocol version
+        (410, {**REFUSAL, "host": "node2"}, False),
+    ],
+)
+def test_retry_after_counts_only_on_a_busy_answer(status: int, body: Any, honoured: bool) -> None:
+    answer = classify(status, body, ME, retry_after=300.0)
+    assert answer.outcome is Outcome.RETRY
+    assert answer.retry_after == (300.0 if honoured else None)
+
+
 def test_newer_major_version_is_reported_clearly() -> None:
     answer = classify(200, {"host": "node1", "state": "open", "protocol": "2.1"}, ME)
     assert answer.detail == "controller speaks protocol 2.1, this agent 1.0"
