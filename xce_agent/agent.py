@@ -24,7 +24,7 @@ from xce_agent.cloud_notices import CloudNotices
 from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, ControlServer
-from xce_agent.handoff import Handoff, reader_of
+from xce_agent.handoff import Handoff, HandoffRunner, reader_of
 from xce_agent.notice_relay import NoticeRelay
 from xce_agent.notify import Notifier, system_shutting_down, watchdog_interval
 from xce_agent.operator import Operator
@@ -77,10 +77,21 @@ class Agent:
         self.store = StateStore(config.state_directory)
         self.writer: StateWriter | None = None
         self._shutting_down = shutting_down
+        workers = [c for c in config.components if c.role in ms.JOIN_FIRST_ROLES]
+        ctl = config.controller
+        self.handoff = Handoff(
+            config.state_directory,
+            reader_of(workers),
+            ctl.url if ctl else "",
+            ctl.token if ctl else None,
+        )
         if runner is None:
             self.containment = containment or cgroups.detect()
-            runner = ProcessRunner(
-                owner=str(config.state_directory.resolve()), cgroups=self.containment.tree
+            runner = HandoffRunner(
+                self.handoff,
+                ms.JOIN_FIRST_ROLES,
+                owner=str(config.state_directory.resolve()),
+                cgroups=self.containment.tree,
             )
         else:
             self.containment = containment or cgroups.Detection(None, "test runner")
@@ -96,14 +107,6 @@ class Agent:
         )
         self.state = AgentState(instance_id=config.instance.id, roles=config.roles)
         self.host = host_name(config)
-        workers = [c for c in config.components if c.role in ms.JOIN_FIRST_ROLES]
-        ctl = config.controller
-        self.handoff = Handoff(
-            config.state_directory,
-            reader_of(workers),
-            ctl.url if ctl else "",
-            ctl.token if ctl else None,
-        )
         self.reports = Reports(config, lambda: self.state)
         self.link: ControllerLink | None = None
         self.operator = Operator(self)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xce_agent.supervision.output import OutputPipe
+from xce_agent.supervision.process import Handle, ProcessRunner
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol.atomic_file import write_atomic
 
@@ -74,6 +76,7 @@ class Handoff:
         self.credential = credential
         self.template_path = directory / TEMPLATE_FILE
         self._credential_fd: int | None = None
+        self._template: str | None = None  # the last template written, to restore it
 
     def open_directory(self) -> None:
         """Let the worker's user through the state directory (0710), nobody else.
@@ -91,7 +94,24 @@ class Handoff:
         os.chmod(self.directory, 0o710)  # noqa: S103 - traverse only, for the worker's group
 
     def write_template(self, doc: Mapping[str, Any]) -> None:
-        self._write(self.template_path, json.dumps(dict(doc), indent=2) + "\n")
+        self._template = json.dumps(dict(doc), indent=2) + "\n"
+        self._write(self.template_path, self._template)
+
+    def restore_template(self) -> None:
+        """Write the template again if it was removed or changed under the agent.
+
+        The worker reads it at every start: without it a restarted worker fails at once,
+        and its crash loop would stop it for good.
+        """
+        if self._template is None:
+            return
+        try:
+            if self.template_path.read_text(encoding="utf-8") == self._template:
+                return
+        except (OSError, UnicodeDecodeError):
+            pass
+        log.warning("%s was removed or changed: writing it again", self.template_path)
+        self._write(self.template_path, self._template)
 
     def credential_fd(self) -> int | None:
         """The descriptor of the in-memory credential file (made once), or None without one."""
@@ -138,3 +158,21 @@ class Handoff:
         if fd is not None:
             env["XCE_CREDENTIAL_FILE"] = f"/dev/fd/{fd}"
         return env
+
+
+class HandoffRunner(ProcessRunner):
+    """Real processes, and before each start of a worker-role component its template is put
+    back if it was removed or changed under the agent."""
+
+    def __init__(self, handoff: Handoff, roles: Iterable[str], **runner: Any) -> None:
+        super().__init__(**runner)  # whatever ProcessRunner takes (owner, ...)
+        self.handoff = handoff
+        self.roles = frozenset(roles)
+
+    def spawn(self, spec: ComponentSpec, output: OutputPipe | None) -> Handle:
+        if spec.role in self.roles:
+            try:
+                self.handoff.restore_template()
+            except OSError as exc:  # the start goes ahead; the worker says what it lacks
+                log.error("cannot write %s: %s", self.handoff.template_path, exc.strerror)
+        return super().spawn(spec, output)

@@ -144,3 +144,42 @@ def _api(ctl: ControllerProcess, method: str, path: str, **kw: Any) -> Any:
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+READS_TEMPLATE = 'cat "$XCE_TEMPLATE_FILE" >/dev/null || exit 1; echo read-it; sleep 600'
+
+
+def test_a_template_deleted_under_the_agent_is_written_again_for_the_next_start(
+    base: Path,
+) -> None:
+    # The worker reads its template at every start; deleted under the agent, every restart
+    # failed at once until the crash loop stopped the worker for good.
+    server = FakeController(lambda x: None, ())
+    agent = AgentProcess(
+        base,
+        server.url,
+        INSTANCE,
+        HOST,
+        worker=["/bin/sh", "-c", READS_TEMPLATE],
+        worker_user="nobody",
+    )
+    agent.start()
+    try:
+        wait_for(lambda: "worker: read-it" in agent.log() and agent.worker_pid(), timeout=20)
+        first = agent.worker_pid()
+        assert first is not None
+        template = agent.dir / "state" / "template.json"
+        template.unlink()
+        os.kill(first, 9)
+        wait_for(lambda: agent.worker_pid() not in (None, first), timeout=15)
+        wait_for(lambda: agent.log().count("worker: read-it") == 2, timeout=15)
+        assert "template.json was removed or changed: writing it again" in agent.log()
+        assert agent.worker()["restarts"] == 1  # the first start after the deletion had it
+        info = os.stat(template)
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (pwd.getpwnam("nobody").pw_uid, 0o400)
+        server.set_phase("refuse")  # and a refusal still stops it
+        wait_for(lambda: agent.worker().get("phase") == "stopped", timeout=10)
+        assert agent.state().get("tombstone") is not None
+    finally:
+        agent.stop()
+        server.close()
