@@ -106,9 +106,18 @@ def _accepted(body: dict[str, Any], me: Identity) -> Answer:
     return Answer(Outcome.ACCEPTED, state, body)
 
 
+MAX_NAME = 255  # a template name goes into the worker's environment (XCE_TEMPLATE)
+
+
 def template_of(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The join answer's template, or None if the worker could not be started with it."""
     template = body.get("template")
-    if not isinstance(template, dict) or not isinstance(template.get("name"), str):
+    if not isinstance(template, dict):
+        return None
+    name = template.get("name")
+    # A NUL byte, or a value too long for exec (128 KiB a variable), would fail every start
+    # of the worker until its crash loop stopped it for good.
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or not name.isprintable():
         return None
     slots = template.get("slots")
     if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:

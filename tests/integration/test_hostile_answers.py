@@ -34,6 +34,7 @@ from tests.integration.fake_controller import (
     HOST_ANSWER,
     INSTANCE,
     REFUSAL,
+    TEMPLATE,
     Exchange,
     FakeController,
     gzip_bomb,
@@ -236,6 +237,14 @@ CASES: dict[str, Case] = {
         on=("join",),
         check=detail_says("join answer without a usable template"),
     ),
+    **{
+        f"join-template-name-{what}": Case(
+            answer(200, {**ACCEPT, "template": {**TEMPLATE, "name": name}}),
+            on=("join",),
+            check=detail_says("join answer without a usable template"),
+        )
+        for what, name in (("with-a-nul", "gpu\u0000large"), ("of-200-kib", "x" * 200_000))
+    },
     # redirects to another origin that would refuse: never followed
     **{
         f"redirect-{code}": Case(redirect(code), check=detail_says(f"HTTP {code} redirect"))

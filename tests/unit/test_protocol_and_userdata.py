@@ -12,7 +12,7 @@ import yaml
 
 from xce_agent.config import load_config
 from xce_agent.userdata import UserData, render
-from xce_protocol.protocol import Identity, Outcome, classify
+from xce_protocol.protocol import Identity, Outcome, classify, template_of
 
 ME = Identity("node1", "i-1")
 REFUSAL = {
@@ -75,6 +75,23 @@ def test_retry_after_counts_only_on_a_busy_answer(status: int, body: Any, honour
     answer = classify(status, body, ME, retry_after=300.0)
     assert answer.outcome is Outcome.RETRY
     assert answer.retry_after == (300.0 if honoured else None)
+
+
+@pytest.mark.parametrize(
+    ("name", "usable"),
+    [
+        ("gpu-large", True),
+        ("x" * 255, True),
+        ("", False),
+        ("gpu\u0000large", False),
+        ("gpu\nlarge", False),
+        ("x" * 256, False),
+        (7, False),
+    ],
+)
+def test_a_template_the_worker_could_not_start_with_is_not_usable(name: Any, usable: bool) -> None:
+    body = {"template": {"name": name, "slots": 1}}
+    assert (template_of(body) is not None) is usable
 
 
 def test_newer_major_version_is_reported_clearly() -> None:
