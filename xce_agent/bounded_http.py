@@ -147,6 +147,8 @@ def request(
         raise TimedOut(f"controller did not answer within {budget:g}s") from None
     except ssl.SSLError:
         raise TlsFailure("TLS failure talking to the controller") from None
+    except zlib.error:
+        raise HttpFailure("controller answer not in its declared content encoding") from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         if time.monotonic() >= deadline:
             raise TimedOut(f"controller did not answer within {budget:g}s") from None

@@ -99,3 +99,17 @@ def test_json_depth_is_linear_in_unterminated_strings() -> None:
     assert time.monotonic() - started < 1.0
     assert json_depth(b'"\\' + b"[" * 40) == 0  # an unterminated string hides nothing either
     assert parse_json(b'["a", "b\\"]"]') == ["a", 'b"]']
+
+
+@pytest.fixture
+def corrupt_gzip_server() -> Iterator[FakeController]:
+    yield from serve(lambda x: x.answer(200, REFUSAL, {"Content-Encoding": "gzip"}))
+
+
+def test_a_body_not_in_its_declared_encoding_is_a_failed_contact(
+    corrupt_gzip_server: FakeController,
+) -> None:
+    # zlib's own error used to escape: a traceback in the log and a lost cycle of the link.
+    with pytest.raises(HttpFailure, match="not in its declared content encoding"):
+        heartbeat(corrupt_gzip_server)
+    assert corrupt_gzip_server.count("hostile") == 1

@@ -186,6 +186,10 @@ def one_watch_and_few_threads(run: Run) -> None:
     assert threads <= 10, f"{threads} threads in the agent"
 
 
+def no_traceback(run: Run) -> None:
+    assert "Traceback" not in run.agent.log()
+
+
 def all_of(*checks: Callable[[Run], None]) -> Callable[[Run], None]:
     def check(run: Run) -> None:
         for each in checks:
@@ -263,6 +267,10 @@ CASES: dict[str, Case] = {
     "deep-json": Case(answer(200, deep(1000))),
     "deep-json-in-a-refusal": Case(answer(410, deep(1000, REFUSAL))),
     "decompression-bomb": Case(bomb, check=rss_bounded),
+    "refusal-claiming-gzip": Case(
+        answer(410, REFUSAL, {"Content-Encoding": "gzip"}),
+        check=all_of(detail_says("declared content encoding"), no_traceback),
+    ),
     "unterminated-string-of-escaped-quotes": Case(answer(200, b'"' + b'\\"' * 500_000)),
     # rates and intervals
     "instant-watch-answers": Case(
