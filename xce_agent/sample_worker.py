@@ -103,7 +103,7 @@ class SampleWorker:
             return False
         try:
             self.version = int(response.json().get("version", 0))
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, OverflowError):
             log.warning("ignoring a malformed join answer")
             return False
         log.info("joined as %s with %d slots", self.host, self.slots)
@@ -147,7 +147,7 @@ class SampleWorker:
             body = response.json()
             self.version = int(body.get("version", self.version))
             jobs = [j for j in body.get("jobs", []) if _well_formed(j)]
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, OverflowError):
             log.warning("ignoring a malformed watch answer")
             return
         self.sync(jobs)

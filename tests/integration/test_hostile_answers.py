@@ -305,6 +305,16 @@ CASES: dict[str, Case] = {
         sample_worker=True,
         check=rate_at_most("watch", 15),  # the agent 6, the worker 6
     ),
+    "sample-worker-infinite-version": Case(
+        answer(
+            200,
+            json.dumps({**HOST_ANSWER, "jobs": []})
+            .replace('"version": 1', '"version": 1e400')
+            .encode(),
+        ),
+        on=("watch",),
+        sample_worker=True,
+    ),
     "sample-worker-malformed-and-unstartable-jobs": Case(
         answer(200, {**HOST_ANSWER, "jobs": BAD_JOBS}), on=("watch",), seen=4, sample_worker=True
     ),
