@@ -28,6 +28,7 @@ from typing import Any
 
 import requests
 
+from xce_agent.bounded_http import MAX_BODY, parse_json
 from xce_protocol.protocol import Identity, Outcome, classify
 
 DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
@@ -89,36 +90,40 @@ class SampleWorker:
         self.version = 0
         self.stopping = False
 
-    def _post(self, path: str, body: dict[str, Any]) -> requests.Response:
+    def _request(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
+        """The status and the JSON body (None unless bounded, valid JSON, as for the agent)."""
         # Like the agent, never follow a redirect: only the configured controller is heard.
-        return self.session.post(self.url + path, json=body, timeout=10, allow_redirects=False)
+        with self.session.request(
+            method, self.url + path, allow_redirects=False, stream=True, **kw
+        ) as response:
+            return response.status_code, read_json(response)
+
+    def _post(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        return self._request("POST", path, json=body, timeout=10)
 
     def join(self) -> bool:
         """True when joined; exits DECOMMISSIONED_EXIT when refused as decommissioned."""
-        body = {"host": self.host, "instance_id": self.instance, "roles": ["worker"]}
-        response = self._post("/v1/join", body)
-        self._check_refusal(response)
-        if response.status_code != 200:
-            log.warning("join refused: %s", response.text[:200])
+        status, answer = self._post(
+            "/v1/join", {"host": self.host, "instance_id": self.instance, "roles": ["worker"]}
+        )
+        self._check_refusal(status, answer)
+        if status != 200:
+            log.warning("join refused: HTTP %d %s", status, str(answer)[:200])
             return False
         try:
-            self.version = int(response.json().get("version", 0))
+            self.version = int(answer.get("version", 0))
         except (ValueError, TypeError, AttributeError, OverflowError):
             log.warning("ignoring a malformed join answer")
             return False
         log.info("joined as %s with %d slots", self.host, self.slots)
         return True
 
-    def _check_refusal(self, response: requests.Response) -> None:
-        if response.status_code != 410:
+    def _check_refusal(self, status: int, body: Any) -> None:
+        if status != 410:
             return
-        try:
-            body = response.json()
-        except ValueError:
-            return
-        answer = classify(response.status_code, body, Identity(self.host, self.instance))
+        answer = classify(status, body, Identity(self.host, self.instance))
         if answer.outcome is Outcome.DECOMMISSIONED:
-            log.warning("rejoin refused: %s", body.get("message"))
+            log.warning("rejoin refused: %s", answer.body.get("message"))
             self.kill_all()
             sys.exit(DECOMMISSIONED_EXIT)
 
@@ -134,17 +139,13 @@ class SampleWorker:
             "timeout": 1.0,
             "instance_id": self.instance,
         }
-        response = self.session.get(
-            f"{self.url}/v1/hosts/{self.host}/watch",
-            params=params,
-            timeout=15,
-            allow_redirects=False,
+        status, body = self._request(
+            "GET", f"/v1/hosts/{self.host}/watch", params=params, timeout=15
         )
-        self._check_refusal(response)
-        if response.status_code != 200:
+        self._check_refusal(status, body)
+        if status != 200:
             return
         try:
-            body = response.json()
             self.version = int(body.get("version", self.version))
             jobs = [j for j in body.get("jobs", []) if _well_formed(j)]
         except (ValueError, TypeError, AttributeError, OverflowError):
@@ -204,6 +205,17 @@ class SampleWorker:
         for run in self.running.values():
             self._kill(run)
         self.running.clear()
+
+
+def read_json(response: requests.Response) -> Any:
+    """The body as JSON, read (and decoded) no further than MAX_BODY bytes."""
+    data = bytearray()
+    for chunk in response.iter_content(16384):
+        data += chunk
+        if len(data) > MAX_BODY:
+            log.warning("ignoring an answer larger than %d bytes", MAX_BODY)
+            return None
+    return parse_json(bytes(data))
 
 
 def _well_formed(job: Any) -> bool:

@@ -154,6 +154,12 @@ def rss_bounded(run: Run) -> None:
     assert peak_kib < 150 * 1024, f"agent peak RSS {peak_kib} KiB"
 
 
+def worker_rss_bounded(run: Run) -> None:
+    assert run.pid is not None
+    peak_kib = proc_status(run.pid, "VmHWM")
+    assert peak_kib < 150 * 1024, f"worker peak RSS {peak_kib} KiB"
+
+
 def rate_at_most(endpoint: str, per_window: int, window: float = 3.0) -> Callable[[Run], None]:
     def check(run: Run) -> None:
         before = run.server.count("hostile", endpoint)
@@ -314,6 +320,12 @@ CASES: dict[str, Case] = {
         ),
         on=("watch",),
         sample_worker=True,
+    ),
+    "sample-worker-decompression-bomb": Case(
+        bomb, on=("watch",), sample_worker=True, check=worker_rss_bounded
+    ),
+    "sample-worker-deep-json": Case(
+        answer(200, deep(100_000, {**HOST_ANSWER, "jobs": []})), on=("watch",), sample_worker=True
     ),
     "sample-worker-malformed-and-unstartable-jobs": Case(
         answer(200, {**HOST_ANSWER, "jobs": BAD_JOBS}), on=("watch",), seen=4, sample_worker=True
