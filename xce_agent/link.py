@@ -342,8 +342,10 @@ class ControllerLink:
                 self._accept_intervals(answer.body)
                 self._drained(answer.body)
                 version = answer.body.get("version")
-                if isinstance(version, int) and not isinstance(version, bool):
-                    self.version = max(self.version, version)
+                # The controller's latest word, not the largest ever seen: one wrong version
+                # must not hold every later watch past the changes it waits for.
+                if isinstance(version, int) and not isinstance(version, bool) and version >= 0:
+                    self.version = version
             else:
                 delay = retry_delay(attempt, self.rand(), self._cap(), answer.retry_after)
                 attempt += 1

@@ -35,6 +35,8 @@ class FakeClient:
         self.heartbeat_answer = Answer(Outcome.ACCEPTED, "open", {"host": "n1", "state": "open"})
         self.stuck = threading.Event()  # set: the next watch hangs until close()
         self.released = threading.Event()
+        self.watch_version = 1  # what watch answers say
+        self.sinces: list[int] = []  # what the watches asked
 
     def _count(self, what: str) -> None:
         with self.lock:
@@ -54,6 +56,7 @@ class FakeClient:
 
     def watch(self, since: int, wait: float) -> Answer:
         self._count("watch")
+        self.sinces.append(since)
         with self.lock:
             self.watching += 1
             self.most_watching = max(self.most_watching, self.watching)
@@ -66,7 +69,8 @@ class FakeClient:
         finally:
             with self.lock:
                 self.watching -= 1
-        return Answer(Outcome.ACCEPTED, "open", {"host": "n1", "state": "open", "version": 1})
+        body = {"host": "n1", "state": "open", "version": self.watch_version}
+        return Answer(Outcome.ACCEPTED, "open", body)
 
     def close(self) -> None:
         self.released.set()
@@ -138,6 +142,23 @@ def test_rejoins_keep_exactly_one_watch(
     until(lambda: client.calls["join"] >= 20, timeout=10)
     assert client.most_watching == 1
     assert threading.active_count() <= threads
+
+
+def test_the_watch_asks_from_the_version_the_controller_last_gave(
+    rig: tuple[ControllerLink, FakeClient, Events, list[float]],
+) -> None:
+    # The largest version ever seen used to stick: after one answer with a huge version every
+    # later watch asked from it, and the controller held each one past the changes it was for
+    # (a decommission made between two watches waited for the next heartbeat).
+    _, client, _, _ = rig
+    client.watch_version = 10**15
+    until(lambda: 10**15 in client.sinces)
+    client.watch_version = 3
+    until(lambda: client.sinces[-1] == 3)
+    client.watch_version = -1  # not a version: the last good one stays
+    seen = len(client.sinces)
+    until(lambda: len(client.sinces) > seen + 2)
+    assert client.sinces[-1] == 3
 
 
 def test_the_watchdog_replaces_a_stuck_thread_and_says_so(
