@@ -97,7 +97,8 @@ class ControllerLink:
         self.stopped = threading.Event()
         self.joined = threading.Event()  # the watch runs only while joined
         self._wake = threading.Event()  # a confirmation was asked for
-        self._confirming = False
+        self._confirming = False  # a confirmation is outstanding (until a heartbeat is taken)
+        self._confirm_now = False  # ... and its first heartbeat goes out without waiting
         self.interval = DEFAULT_INTERVAL
         self.grace = DEFAULT_GRACE
         self.version = 0
@@ -123,6 +124,7 @@ class ControllerLink:
     def confirm(self) -> None:
         """Ask the controller now whether this host is still wanted (worker exit code)."""
         self._confirming = True
+        self._confirm_now = True
         self._wake.set()
 
     def final_report(self) -> None:
@@ -237,8 +239,11 @@ class ControllerLink:
             attempt += 1
         while self._current(loop, generation):
             self._wake.clear()
-            if not self._confirming:
+            # Only the first heartbeat of a confirmation skips the wait: retrying a failed one
+            # at once would spin against an unreachable controller.
+            if not self._confirm_now:
                 self._wait(loop, self.interval * (0.9 + 0.2 * self.rand()), self._wake)
+            self._confirm_now = False
             if not self._current(loop, generation):
                 return
             self._arm(loop)

@@ -471,3 +471,38 @@ def test_tls_failure_is_a_failed_contact_not_a_refusal() -> None:
         assert plain.heartbeat({}).outcome is Outcome.DECOMMISSIONED  # the control case
     finally:
         server.close()
+
+
+def test_a_confirmation_against_a_failing_controller_does_not_spin(tmp_path: Path) -> None:
+    # The worker's "my rejoin was refused" exit is confirmed with the controller; a failed
+    # confirmation used to be retried at once: 1,700 heartbeats in 2 s against a 500.
+    go = tmp_path / "go"
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        f"os.unlink({str(go)!r}); sys.exit(100)\n"
+    )
+    server = FakeController(answer(500, {"protocol": "1.0", "error": "internal"}), ("heartbeat",))
+    agent = AgentProcess(tmp_path, server.url, INSTANCE, HOST, worker=[sys.executable, str(script)])
+    agent.start()
+    try:
+        wait_for(agent.worker_pid, timeout=20)
+        first = agent.worker_pid()
+        server.set_phase("hostile")
+        go.write_text("exit")
+        wait_for(lambda: "(rejoin refused): asking the controller" in agent.log(), timeout=10)
+        wait_for(lambda: server.count("hostile", "heartbeat") >= 1, timeout=10)
+        seen = server.count("hostile", "heartbeat")
+        time.sleep(2.0)  # measuring a rate over a window, not waiting for a condition
+        assert server.count("hostile", "heartbeat") - seen <= 4
+        server.set_phase("valid")  # confirmed active: the worker runs again
+        wait_for(lambda: agent.worker_pid() not in (None, first), timeout=15)
+        pid = agent.worker_pid()
+        assert pid is not None and agent.state().get("tombstone") is None
+        server.set_phase("refuse")
+        wait_for(lambda: not alive(pid), timeout=10)
+        wait_for(lambda: agent.state().get("tombstone") is not None, timeout=5)
+    finally:
+        agent.stop()
+        server.close()

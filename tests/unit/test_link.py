@@ -161,6 +161,26 @@ def test_the_watch_asks_from_the_version_the_controller_last_gave(
     assert client.sinces[-1] == 3
 
 
+def test_a_confirmation_the_controller_cannot_answer_is_retried_at_the_interval(
+    rig: tuple[ControllerLink, FakeClient, Events, list[float]],
+) -> None:
+    # A failed confirmation heartbeat used to be retried at once, in a loop: about 250,000
+    # a second here, and a busy loop against a real controller that refuses connections.
+    link, client, events, _ = rig
+    until(lambda: client.calls["heartbeat"] >= 2)
+    client.heartbeat_answer = Answer(Outcome.RETRY, "controller unreachable (Connection refused)")
+    link.interval = 0.2
+    before = client.calls["heartbeat"]
+    link.confirm()
+    until(lambda: client.calls["heartbeat"] >= before + 3)  # asked at once, then retried
+    started = client.calls["heartbeat"]
+    time.sleep(1.0)  # measuring a rate over a window, not waiting for a condition
+    assert client.calls["heartbeat"] - started <= 8
+    assert not events.of(ms.ConfirmedActive)
+    client.heartbeat_answer = Answer(Outcome.ACCEPTED, "open", {"host": "n1", "state": "open"})
+    until(lambda: len(events.of(ms.ConfirmedActive)) == 1)
+
+
 def test_the_watchdog_replaces_a_stuck_thread_and_says_so(
     rig: tuple[ControllerLink, FakeClient, Events, list[float]],
 ) -> None:
