@@ -10,7 +10,7 @@ contact and leaves the worker alone.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 PROTOCOL = "1.0"
@@ -51,6 +51,17 @@ def _major(body: dict[str, Any]) -> str | None:
 
 def classify(status: int, body: Any, me: Identity, retry_after: float | None = None) -> Answer:
     """Turn an HTTP status and parsed JSON body into what the agent may act on."""
+    answer = _classify(status, body, me, retry_after)
+    # The detail quotes the controller (a message, a reason, a state) into logs and `status`:
+    # a newline would forge log lines and an escape sequence would reach the operator's terminal.
+    return replace(answer, detail=printable(answer.detail))
+
+
+def printable(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _classify(status: int, body: Any, me: Identity, retry_after: float | None) -> Answer:
     # Retry-After on any other answer (a 500, garbage, a 404 page) would let one bad answer
     # silence the link for minutes, and with it a later refusal.
     retry_after = retry_after if status in BUSY else None

@@ -94,6 +94,13 @@ def test_a_template_the_worker_could_not_start_with_is_not_usable(name: Any, usa
     assert (template_of(body) is not None) is usable
 
 
+def test_what_the_controller_says_reaches_logs_and_status_without_control_characters() -> None:
+    body = {"protocol": "1.0", "error": "unmatched", "message": "no\n2026 INFO forged\x1b[2J"}
+    assert classify(403, body, ME).detail == "HTTP 403 unmatched: no?2026 INFO forged?[2J"
+    refusal = classify(410, {**REFUSAL, "reason": "gone\r\n\x07"}, ME)
+    assert refusal.outcome is Outcome.DECOMMISSIONED and refusal.detail == "gone???"
+
+
 def test_newer_major_version_is_reported_clearly() -> None:
     answer = classify(200, {"host": "node1", "state": "open", "protocol": "2.1"}, ME)
     assert answer.detail == "controller speaks protocol 2.1, this agent 1.0"
