@@ -146,6 +146,8 @@ def request(
     except (socket.timeout, TimeoutError):
         raise TimedOut(f"controller did not answer within {budget:g}s") from None
     except ssl.SSLError:
+        if time.monotonic() >= deadline:  # the deadline's shutdown cut the handshake
+            raise TimedOut(f"controller did not answer within {budget:g}s") from None
         raise TlsFailure("TLS failure talking to the controller") from None
     except zlib.error:
         raise HttpFailure("controller answer not in its declared content encoding") from None

@@ -453,24 +453,32 @@ def _median(values: dict[str, float]) -> float:
     return ordered[len(ordered) // 2] if ordered else 0.0
 
 
-def test_tls_failure_is_a_failed_contact_not_a_refusal() -> None:
-    server = FakeController(answer(410, REFUSAL), ())
-    server.set_phase("refuse")  # would be a valid refusal over plain HTTP
+def test_tls_failure_is_a_failed_contact_not_a_refusal(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    server = FakeController(answer(410, REFUSAL), (), tls=(cert, key))
+    server.set_phase("refuse")  # a valid refusal, over TLS
+    plain = FakeController(answer(410, REFUSAL), ())
+    plain.set_phase("refuse")  # a valid refusal over plain HTTP, that never speaks TLS
+    me = Identity(HOST, INSTANCE)
     try:
-        client = ControllerClient(
-            ControllerConfig(f"https://127.0.0.1:{server.port}", timeout=2.0),
-            Identity(HOST, INSTANCE),
-        )
-        answer_ = client.heartbeat({})
-        assert answer_.outcome is Outcome.RETRY
-        assert answer_.detail.startswith("TLS failure talking to the controller")
-        plain = ControllerClient(
-            ControllerConfig(f"http://127.0.0.1:{server.port}", timeout=2.0),
-            Identity(HOST, INSTANCE),
-        )
-        assert plain.heartbeat({}).outcome is Outcome.DECOMMISSIONED  # the control case
+        untrusted = ControllerClient(ControllerConfig(server.url, timeout=2.0), me).heartbeat({})
+        assert untrusted.outcome is Outcome.RETRY
+        assert untrusted.detail == "TLS failure talking to the controller (certificate)"
+        https_to_plain = ControllerClient(
+            ControllerConfig(f"https://127.0.0.1:{plain.port}", timeout=2.0), me
+        ).heartbeat({})
+        # The plain server waits for a request the handshake never sends: the deadline ends it.
+        assert https_to_plain.outcome is Outcome.RETRY
+        assert https_to_plain.detail == "controller did not answer within 2s"
+        # The control cases: the same refusals, trusted and in plain HTTP, are obeyed.
+        trusted = ControllerClient(ControllerConfig(server.url, timeout=2.0, ca_file=cert), me)
+        assert trusted.heartbeat({}).outcome is Outcome.DECOMMISSIONED
+        assert server.count("refuse") == 1  # only the trusted handshake reached the request
+        plain_client = ControllerClient(ControllerConfig(plain.url, timeout=2.0), me)
+        assert plain_client.heartbeat({}).outcome is Outcome.DECOMMISSIONED
     finally:
         server.close()
+        plain.close()
 
 
 def test_a_confirmation_against_a_failing_controller_does_not_spin(tmp_path: Path) -> None:
