@@ -6,7 +6,8 @@ the simulator ask `next_due` when to look again and `host_due` what is due then.
 
 `alive_since` is when this controller process started. Time it was down does not count
 against hosts: none could reach it, so each gets a fresh grace (and an expected instance
-recorded before the start a fresh join allowance) from the start.
+recorded before the start a fresh join allowance) from the start. A drain begun before the
+start gets the same: its jobs may have finished while no report could arrive.
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ def join_deadline(host: Host, cfg: ClusterConfig, alive_since: float) -> float |
     if host.expected_at is not None and host.expected_at < alive_since:
         return max(host.deadline, alive_since + cfg.host_loss_grace)
     return host.deadline
+
+
+def drain_deadline(host: Host, cfg: ClusterConfig, alive_since: float) -> float | None:
+    """When the drain's timeout acts. A drain begun before this process started waits at
+    least a grace from the start: a job that finished meanwhile is reported, not requeued
+    to run twice or killed after it succeeded."""
+    if host.drain is None or host.drain.deadline is None:
+        return None
+    if host.drain.started_at < alive_since:
+        return max(host.drain.deadline, alive_since + cfg.host_loss_grace)
+    return host.drain.deadline
 
 
 def host_due(
@@ -81,17 +93,16 @@ def host_due(
     if noticed:
         return noticed
     if host.state is HostState.DRAINING and host.drain is not None:
-        return _drain_due(cluster, now, host)
+        return _drain_due(cluster, now, host, drain_deadline(host, cfg, alive_since))
     return []
 
 
-def _drain_due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
+def _drain_due(cluster: Cluster, now: float, host: Host, deadline: float | None) -> list[Fact]:
     assert host.drain is not None
     jobs = cluster.jobs_on(host.key)
     why = host.drain.why or "decommissioned"
     if not jobs:
         return [fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=why)]
-    deadline = host.drain.deadline
     if deadline is None or now < deadline:
         return []
     if host.drain.policy is DrainPolicy.KILL:
@@ -118,7 +129,8 @@ def next_due(
     if host.state not in JOINED:
         return None
     due = heard_from(host, last_seen, alive_since) + cfg.host_loss_grace + 1e-3
-    if host.drain is not None and host.drain.deadline is not None:
-        due = min(due, host.drain.deadline)
+    drain = drain_deadline(host, cfg, alive_since)
+    if drain is not None:
+        due = min(due, drain)
     noticed = notices.next_due(host)
     return due if noticed is None else min(due, noticed)

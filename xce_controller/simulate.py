@@ -58,6 +58,7 @@ class Simulation:
         self.went_down = 0.0
         self.first_beat: dict[str, float] = {}  # after a restart: when each host is heard
         self.deferred: list[Callable[[], None]] = []
+        self.unreported: set[int] = set()  # jobs that finished while the controller was down
         self.due: dict[str, float] = {}
         # What happened.
         self.facts = 0
@@ -137,8 +138,8 @@ class Simulation:
         elif host.state in JOINED:
             if key in self.silent or self.first_beat.get(key, -1.0) > self.now:
                 due = deadlines.next_due(host, self.cfg, self.heard(key), self.alive_since)
-            elif host.drain is not None and host.drain.deadline is not None:
-                due = host.drain.deadline
+            else:
+                due = deadlines.drain_deadline(host, self.cfg, self.alive_since)
         if due is not None and self.due.get(key) != due:
             self.due[key] = due
             self.at(due, functools.partial(self._check, key, due))
@@ -187,6 +188,9 @@ class Simulation:
             self.outcomes["requeued after loss"] += 1  # a host-loss grace after it went
         if by_loss and (lost not in self.silent or lost in self.coming_back):
             self.outcomes["run twice"] += 1  # its first run goes on where it was
+        elif job.id in self.unreported:
+            self.unreported.discard(job.id)
+            self.outcomes["run twice"] += 1  # it finished while the controller was down
         self.at(self.now, functools.partial(self._rehome, job.id))
 
     # --- the run -------------------------------------------------------------------------
@@ -245,9 +249,11 @@ class Simulation:
             for key, host in self.cluster.hosts.items()
             if host.state in JOINED or host.state is HostState.LOST
         }
+        # Agents and the provisioner retry on their own schedule: what waited reaches the new
+        # process over its first interval, after its timers have looked at every host.
         deferred, self.deferred = self.deferred, []
         for action in deferred:
-            action()
+            self.at(self.now + self.rng.uniform(0, interval), action)
         for key in list(self.cluster.hosts):  # every timer of the new process, due or not
             self.due.pop(key, None)
             self.commit(self._host_due(key))
@@ -385,8 +391,10 @@ class Simulation:
         if job is None or job.state is not JobState.RUNNING or job.assigned in self.silent:
             return  # taken away, or its host is silent: it never reports
         if not self.up:
+            self.unreported.add(job_id)
             self.deferred.append(functools.partial(self._finish, job_id))
             return
+        self.unreported.discard(job_id)
         self.commit([Fact("job_finished", self.now, "worker", {"id": job_id, "exit_code": 0})])
         if self.cluster.hosts[job.assigned].state is HostState.OPEN:
             self._run_job(job.assigned)  # the queue keeps every open host busy

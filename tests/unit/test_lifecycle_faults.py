@@ -174,3 +174,54 @@ def test_cancel_kills_a_job_and_refuses_a_finished_one() -> None:
         assert (exc.kind, exc.status) == ("conflict", 409)
     else:
         raise AssertionError("cancel of a killed job was accepted")
+
+
+def test_a_drain_timeout_that_passed_while_the_controller_was_down_waits_a_grace() -> None:
+    w = World()
+    w.expect("i-1")
+    w.join("node1", "i-1")
+    job = w.submit()
+    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, "started"))
+    w.now = 10.0
+    w.decommission("i-1", policy="requeue", drain_timeout=20.0)
+    w.restart(at=100.0)  # down from 10 s to 100 s: the 30 s timeout passed meanwhile
+    w.tick(100.0)
+    # Before: requeued at the start, though the job may have finished while no report could
+    # arrive; it would run twice (or, with policy kill, be killed after it succeeded).
+    assert w.state("i-1") is HostState.DRAINING
+    assert w.cluster.jobs[job].state is JobState.RUNNING
+    assert deadlines.next_due(w.cluster.hosts["i-1"], CFG, None, 100.0) == 130.0
+    w.now = 105.0
+    w.heartbeat("i-1")
+    w.commit(jobmodel.job_report(w.cluster, 105.0, w.cluster.hosts["i-1"], job, "finished"))
+    w.tick(105.0)
+    assert w.state("i-1") is HostState.DECOMMISSIONED
+    assert (w.cluster.jobs[job].state, w.cluster.jobs[job].requeues) == (JobState.DONE, 0)
+
+
+def test_a_drain_timeout_still_acts_a_grace_after_the_restart() -> None:
+    w = World()
+    w.expect("i-1")
+    w.join("node1", "i-1")
+    job = w.submit()
+    w.decommission("i-1", policy="kill", drain_timeout=20.0)
+    w.restart(at=100.0)
+    w.now = 110.0
+    w.heartbeat("i-1")  # heard, but the job does not finish
+    w.tick(129.9)
+    assert w.state("i-1") is HostState.DRAINING
+    w.tick(130.0)
+    assert w.state("i-1") is HostState.DECOMMISSIONED
+    assert w.cluster.jobs[job].state is JobState.KILLED
+
+
+def test_a_drain_begun_after_the_start_keeps_its_own_timeout() -> None:
+    w = World()
+    w.restart(at=100.0)
+    w.join("node1")
+    job = w.submit()
+    w.now = 101.0
+    w.decommission("host:node1", policy="kill", drain_timeout=2.0)
+    w.heartbeat("host:node1")
+    w.tick(103.0)  # not held to the start's grace (130 s)
+    assert w.cluster.jobs[job].state is JobState.KILLED

@@ -184,3 +184,24 @@ def test_unknown_notice_handling_is_refused(tmp_path: Path) -> None:
         "spot_notices.handling: expected one of decommission, notice, none" in p
         for p in info.value.problems
     )
+
+
+def test_the_simulator_finds_drain_timeouts_that_passed_during_downtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs that finished while the controller was down are reported after the restart; a
+    drain timeout that passed meanwhile must not requeue them first (they would run twice)."""
+    text = (
+        FAULTS.replace("policy: wait", "policy: requeue")
+        .replace("count: 60", "count: 200")
+        .replace("drain_timeout: 5m", "drain_timeout: 9m")  # many drains span a downtime
+        .replace("mean: 3h", "mean: 15m")
+    )
+    fixed = _faults(tmp_path, text)
+    monkeypatch.setattr(
+        deadlines,
+        "drain_deadline",
+        lambda host, cfg, alive_since: host.drain.deadline if host.drain else None,
+    )
+    broken = _faults(tmp_path, text)
+    assert broken.jobs["run twice"] > fixed.jobs.get("run twice", 0) + 5
