@@ -13,7 +13,6 @@ import gc
 import hmac
 import logging
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from xce_controller import deadlines, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
+from xce_controller.clock import SteadyClock
 from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
 from xce_controller.model import TERMINAL, Fact, Host
@@ -31,28 +31,30 @@ from xce_protocol.notices import Notice
 
 log = logging.getLogger(__name__)
 PROTOCOL = "1.0"
-MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
+MAX_SLEEP = 60.0  # look at the timers at least this often
 RETRY = 5.0  # a timer whose facts could not be stored tries again after this long
 RESCAN = ("job_submitted", "job_requeued")  # facts after which every open host may take work
 FREEZE_EVERY = 1.0  # seconds between moving survivors out of the cyclic collector's reach
 
 
 class Controller:
-    def __init__(self, cfg: ClusterConfig, store: Store, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, cfg: ClusterConfig, store: Store, clock: Callable[[], float] | None = None
+    ) -> None:
         # Admin calls always need a token: without one in the config, one is made
         # (`xce-controller serve` keeps it next to the database for xcecli and later runs).
         self.generated_token = not cfg.admin_token
         if self.generated_token:
             cfg = replace(cfg, admin_token=secrets.token_urlsafe(24))
         self.store = store
-        self.clock = clock
+        self.clock = clock or SteadyClock()  # a stepped wall clock moves no interval
         self.cluster, self.seen = store.load()
         problems = lc.template_problems(self.cluster, cfg)
         if problems:
             raise ConfigError(problems)
         self.cfg = cfg
         # Time the controller was down does not count against hosts (lifecycle.heard_from).
-        self.alive_since = clock()
+        self.alive_since = self.clock()
         self.reports: dict[str, dict[str, Any]] = store.reports()
         base = self.cluster.version
         self.host_version: dict[str, int] = dict.fromkeys(self.cluster.hosts, base)
