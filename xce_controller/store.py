@@ -5,13 +5,15 @@ an answer sent, so `kill -9` loses nothing that was acknowledged. Heartbeat time
 stored per beat (docs/controller.md says why); they are saved once at a clean stop, for
 display only. The last agent report of a decommissioned host is stored, for `to-return`.
 Any SQLite failure (a full disk, an I/O error) surfaces as StorageUnavailable with its cause,
-after the transaction is rolled back: nothing is half-written.
+after the transaction is rolled back: nothing is half-written. So does a database file deleted
+or replaced under the controller (the writes would go to a file no later start reads).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -47,6 +49,22 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        self._identity = self._file_identity()
+
+    def _file_identity(self) -> tuple[int, int]:
+        st = os.stat(self.path)
+        return st.st_dev, st.st_ino
+
+    def _check_file(self) -> None:
+        """Refuse to write into a database file that is no longer at its path: SQLite keeps
+        writing to the open (deleted or replaced) file, the answers say stored, and the next
+        start finds none of it."""
+        try:
+            same = self._file_identity() == self._identity
+        except OSError as exc:
+            raise StorageUnavailable(f"database {self.path} is gone: {exc.strerror}") from exc
+        if not same:
+            raise StorageUnavailable(f"database {self.path} was replaced by another file")
 
     def load(self) -> tuple[Cluster, dict[str, float]]:
         """The stored state (from the state tables) and the last heartbeat times."""
@@ -85,6 +103,7 @@ class Store:
             [(k, json.dumps(host_to_json(cluster.hosts[k]))) for k in hosts],
             [(i, json.dumps(job_to_json(cluster.jobs[i]))) for i in jobs],
         )
+        self._check_file()
         try:
             self.db.execute("BEGIN IMMEDIATE")
             self.db.executemany(
@@ -107,6 +126,7 @@ class Store:
                 self.db.execute("ROLLBACK")
 
     def _write(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+        self._check_file()
         try:
             self.db.execute("BEGIN IMMEDIATE")
             self.db.executemany(sql, rows)

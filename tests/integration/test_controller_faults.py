@@ -342,6 +342,30 @@ def test_full_disk_gets_503_storage_unavailable_and_writes_resume(small_disk: Pa
     store.close()
 
 
+def test_a_database_deleted_under_the_controller_refuses_writes(ctl: ControllerProcess) -> None:
+    assert call(ctl, "POST", "/v1/expected", {"instance_id": "i-1", "template": "default"}).ok
+    for path in (ctl.db, Path(f"{ctl.db}-wal"), Path(f"{ctl.db}-shm")):
+        path.unlink(missing_ok=True)
+    r = call(ctl, "POST", "/v1/expected", {"instance_id": "i-2", "template": "default"})
+    # Before: 201, written into the deleted file; the next start knew neither instance.
+    assert r.status_code == 503 and r.json()["error"] == "storage_unavailable"
+    assert "is gone" in r.json()["message"]
+    assert call(ctl, "POST", "/v1/join", {"host": "n1"}).status_code == 503
+    assert [h["key"] for h in call(ctl, "GET", "/v1/hosts", {"all": "true"}).json()] == ["i-1"]
+    text = (ctl.workdir / "controller.log").read_text()
+    assert text.count("storage unavailable") == 1 and "Traceback" not in text
+
+
+def test_a_database_replaced_under_the_controller_refuses_writes(
+    ctl: ControllerProcess,
+) -> None:
+    assert call(ctl, "POST", "/v1/expected", {"instance_id": "i-1", "template": "default"}).ok
+    shutil.copy(ctl.db, ctl.workdir / "copy.db")
+    os.replace(ctl.workdir / "copy.db", ctl.db)  # a restore from backup while running
+    r = call(ctl, "POST", "/v1/expected", {"instance_id": "i-2", "template": "default"})
+    assert r.status_code == 503 and "replaced" in r.json()["message"]
+
+
 def test_an_idle_controller_of_10000_hosts_does_next_to_no_work(tmp_path: Path) -> None:
     from xce_controller import lifecycle as lc
     from xce_controller.config import load_cluster_config
