@@ -9,6 +9,7 @@ then the watchers of the touched hosts are woken. Timers are per-host due times 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import hmac
 import logging
@@ -228,6 +229,11 @@ class Controller:
         for key in self.cluster.hosts:
             self._schedule(key)
         log.warning("config reloaded")
+        # Templates may have grown or shrunk: place what now fits, and say why the rest waits.
+        placed = jobmodel.place(self.cluster, cfg, self.clock())
+        if placed:
+            with contextlib.suppress(StorageUnavailable):  # logged; the next change retries
+                self.commit(placed)
         return []
 
     # --- agents -----------------------------------------------------------------------

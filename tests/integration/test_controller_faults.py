@@ -276,6 +276,28 @@ def test_sighup_reloads_a_checked_config_and_keeps_the_old_one_when_bad(tmp_path
         ctl.stop()
 
 
+def test_a_reload_that_grows_a_template_places_the_jobs_that_now_fit(
+    ctl: ControllerProcess,
+) -> None:
+    call(ctl, "POST", "/v1/join", {"host": "n1"})
+    job = call(ctl, "POST", "/v1/jobs", {"command": ["x"], "slots": 16}).json()
+    assert job["note"] == "waiting: needs 16 slots; the largest template (gpu) has 8"
+    ctl.config.write_text(CONFIG.replace("default: {slots: 2}", "default: {slots: 16}"))
+    assert ctl.proc is not None
+    ctl.proc.send_signal(signal.SIGHUP)
+    log = ctl.workdir / "controller.log"
+    wait_for(lambda: "config reloaded" in log.read_text())
+    # Before: pending, with the old reason, until some unrelated job or host event.
+    wait_for(lambda: call(ctl, "GET", "/v1/jobs").json()[0]["assigned_host"] == "n1")
+    job = call(ctl, "POST", "/v1/jobs", {"command": ["y"], "slots": 10}).json()
+    assert job["note"] == ""  # fits a default host once n1 is free
+    ctl.config.write_text(CONFIG)  # default back to 2 slots: no template has 10
+    ctl.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: log.read_text().count("config reloaded") == 2)
+    want = "waiting: needs 10 slots; the largest template (gpu) has 8"
+    wait_for(lambda: call(ctl, "GET", "/v1/jobs").json()[1]["note"] == want)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0 or shutil.which("mount") is None:
