@@ -249,8 +249,9 @@ def _joined_fact(
 
 
 def check_agent(cluster: Cluster, key: str, instance_id: str) -> Host:
-    """The host an agent speaks for on heartbeat/watch; Refused if it may not."""
-    host = cluster.hosts.get(key) or cluster.host_by_name(key)
+    """The host an agent speaks for on heartbeat/watch; Refused if it may not. A name before
+    a record key: a host may be called what another record is keyed by (an instance id)."""
+    host = cluster.host_by_name(key) or cluster.hosts.get(key)
     if host is None:
         raise Refused("unknown_host", 404, f"unknown host {key}: join first")
     if instance_id and host.instance_id and instance_id != host.instance_id:

@@ -299,7 +299,7 @@ class Controller:
 
     # --- admin ------------------------------------------------------------------------
     def find_host(self, name: str) -> Host:
-        host = self.cluster.hosts.get(name) or self.cluster.host_by_name(name)
+        host = self.cluster.host_by_name(name) or self.cluster.hosts.get(name)  # see check_agent
         if host is None:
             raise lc.Refused("not_found", 404, f"no host {name}")
         return host

@@ -298,6 +298,26 @@ def test_a_reload_that_grows_a_template_places_the_jobs_that_now_fit(
     wait_for(lambda: call(ctl, "GET", "/v1/jobs").json()[1]["note"] == want)
 
 
+def test_a_host_named_like_an_instance_id_is_the_one_its_name_reaches(
+    ctl: ControllerProcess,
+) -> None:
+    call(ctl, "POST", "/v1/expected", {"instance_id": "i-7", "template": "gpu"})
+    assert call(ctl, "POST", "/v1/join", {"host": "i-7"}).json()["key"] == "host:i-7"
+    r = call(ctl, "POST", "/v1/hosts/i-7/heartbeat", {})
+    # Before: the beat went to the expected instance i-7 ("expected", host ""), and the host
+    # called i-7, heartbeating all along, was lost and its jobs requeued.
+    assert (r.json()["host"], r.json()["state"]) == ("i-7", "open")
+    stop = time.monotonic() + 5  # longer than the 3 s grace
+    while time.monotonic() < stop:
+        assert call(ctl, "POST", "/v1/hosts/i-7/heartbeat", {}).json()["state"] == "open"
+        time.sleep(0.5)  # the scenario: a beat every half second
+    assert call(ctl, "GET", "/v1/hosts/i-7").json()["key"] == "host:i-7"
+    r = call(ctl, "POST", "/v1/hosts/i-7/decommission", {})
+    assert (r.json()["key"], r.json()["state"]) == ("host:i-7", "decommissioned")
+    states = {h["key"]: h["state"] for h in call(ctl, "GET", "/v1/hosts", {"all": "true"}).json()}
+    assert states == {"i-7": "expected", "host:i-7": "decommissioned"}
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0 or shutil.which("mount") is None:
