@@ -212,7 +212,9 @@ class Cluster:
         key = self.names.get(name)
         if key is not None and self.hosts[key].state not in TERMINAL:
             return self.hosts[key]
-        found = [h for h in self.hosts.values() if name in (h.name, h.key)]
+        found = [h for h in self.hosts.values() if h.name == name]
+        if not found:  # a record not joined yet is reached by its key (instance id)
+            found = [h for h in self.hosts.values() if h.key == name]
         if not found:
             found = [h for h in self.hosts.values() if not h.name and h.expected_name == name]
         live = [h for h in found if h.state not in TERMINAL]

@@ -316,6 +316,8 @@ def test_a_host_named_like_an_instance_id_is_the_one_its_name_reaches(
     assert (r.json()["key"], r.json()["state"]) == ("host:i-7", "decommissioned")
     states = {h["key"]: h["state"] for h in call(ctl, "GET", "/v1/hosts", {"all": "true"}).json()}
     assert states == {"i-7": "expected", "host:i-7": "decommissioned"}
+    r = call(ctl, "POST", "/v1/hosts/i-7/heartbeat", {})
+    assert r.status_code == 410 and r.json()["host"] == "i-7"  # not the live instance's 200
 
 
 @pytest.fixture
