@@ -122,6 +122,9 @@ class Agent:
         self._leaving: str | None = None  # "detach" or "stop" once the agent is on its way out
         self._last_status = ""
         self._tail_pending = False
+        # Until the previous agent's components were adopted, the saved records are theirs:
+        # an agent refused or failing before that must not overwrite them with empty ones.
+        self._resumed = False
 
     # --- lifecycle --------------------------------------------------------------------
     def run(self) -> int:
@@ -141,6 +144,7 @@ class Agent:
                 self.config.state_directory / SOCKET_NAME, self.reactor, self.operator.handle
             )
             self._resume(previous)
+            self._resumed = True
             self._set_lifecycle(Lifecycle.RUNNING)
             self.notifier.notify("READY=1")
             self._start_watchdog()
@@ -268,7 +272,8 @@ class Agent:
         self.notifier.notify("STOPPING=1")
         lifecycle = Lifecycle.STOPPED if self._leaving == "stop" else Lifecycle.DETACHED
         # Save while the handles are still known: the next agent adopts from this record.
-        self._set_lifecycle(lifecycle)
+        if self._resumed:
+            self._set_lifecycle(lifecycle)
         if self._control is not None:
             self._control.close()
         self.supervisor.close()

@@ -192,3 +192,53 @@ def test_a_renamed_worker_never_runs_twice(host: HostAgent) -> None:
     wait_for(lambda: host.running_pid("worker2") and not alive(old))
     wait_for(lambda: host.component("worker") == {})
     assert [c["name"] for c in host.state()["components"]] == ["worker2"]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def test_an_agent_refused_at_start_keeps_the_recorded_components(host: HostAgent) -> None:
+    """The agent killed but not reaped yet still counts as live; the one refused must not
+    overwrite the state with empty records, or the next agent starts a second worker."""
+    host.write({"worker": (SLEEPER, "stop_timeout: 2s")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    worker = host.running_pid("worker")
+    assert host.proc is not None
+    first = host.proc
+    first.kill()  # not waited for: a zombie with its recorded pid and start time
+    wait_for(lambda: _zombie(first.pid))
+    second = host.cli("run")
+    assert second.returncode == 1
+    assert f"pid {first.pid}, recorded in its state" in second.stderr  # the input arrived
+    assert host.running_pid("worker") == worker
+    assert host.component("worker")["identity"]["pid"] == worker
+    first.wait()
+    host.start()
+    wait_for(lambda: f"adopted running process {worker}" in host.log())
+    assert host.running_pid("worker") == worker
+    assert "worker: starting -> running" not in host.log().split("adopted running")[-1]
+
+
+def test_an_agent_failing_at_start_keeps_the_recorded_components(host: HostAgent) -> None:
+    host.write({"worker": (SLEEPER, "stop_timeout: 2s")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    worker = host.running_pid("worker")
+    host.detach()
+    (host.state_dir / "control.sock").unlink(missing_ok=True)
+    (host.state_dir / "control.sock" / "in-the-way").mkdir(parents=True)
+    failed = host.cli("run")
+    assert failed.returncode == 1
+    assert "control.sock" in failed.stderr and "Traceback" not in failed.stderr
+    assert host.component("worker")["identity"]["pid"] == worker
+    (host.state_dir / "control.sock" / "in-the-way").rmdir()
+    (host.state_dir / "control.sock").rmdir()
+    host.start()
+    wait_for(lambda: f"adopted running process {worker}" in host.log())
+    assert host.running_pid("worker") == worker
