@@ -3,7 +3,9 @@
 A stray `kill -USR1` (or SIGALRM, SIGPWR, a real-time signal, ...) must not take
 supervision down. They are handled, not set to SIG_IGN, so that components, which inherit
 ignored dispositions across exec, still start with the defaults. (Python itself ignores
-SIGPIPE and SIGXFSZ, and restores them for children.)
+SIGPIPE and SIGXFSZ, and restores them for children.) SIGABRT keeps its default: it is
+systemd's watchdog signal. So do SIGSEGV, SIGBUS, SIGFPE and SIGILL: handling a real fault
+would return to the faulting instruction forever.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ UNUSED_SIGNALS = tuple(
         "SIGTTIN",
         "SIGTTOU",
         "SIGQUIT",
+        "SIGSYS",
+        "SIGTRAP",
     )
     if hasattr(signal, name)
 ) + tuple(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
