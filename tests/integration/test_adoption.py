@@ -242,3 +242,33 @@ def test_an_agent_failing_at_start_keeps_the_recorded_components(host: HostAgent
     host.start()
     wait_for(lambda: f"adopted running process {worker}" in host.log())
     assert host.running_pid("worker") == worker
+
+
+EXECS = (
+    "import os, sys, time\ntime.sleep(0.3)\n"
+    "os.execv(sys.executable, [sys.executable, '-c',"
+    " 'import time; print(\"exec done\", flush=True); time.sleep(600)'])\n"
+)
+
+
+def test_a_component_that_execs_after_its_start_is_adopted_not_duplicated(
+    host: HostAgent,
+) -> None:
+    """A wrapper that sets up and then execs the daemon (or a daemon that re-execs itself)
+    is still the process the agent started: it is adopted, and stopped by `stop`."""
+    host.write({"worker": (EXECS, "stop_timeout: 2s")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    worker = host.running_pid("worker")
+    assert worker is not None
+    host.strays.append(worker)
+    wait_for(lambda: "exec done" in host.log())
+    assert "import time" in Path(f"/proc/{worker}/cmdline").read_text()  # it did exec
+    host.detach()
+    host.start()
+    wait_for(lambda: "worker: " in host.log().split("components are contained by")[-1])
+    wait_for(lambda: f"adopted running process {worker}" in host.log(), 10)
+    assert host.running_pid("worker") == worker
+    assert "stopped -> starting" not in host.log().split("SIGTERM: exiting")[-1]
+    assert host.cli("stop", "--timeout", "20").returncode == 0
+    assert not alive(worker)

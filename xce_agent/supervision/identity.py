@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -216,3 +216,19 @@ def mismatch(recorded: ProcessIdentity) -> str:
     if recorded.cmdline and command_line(recorded.pid) != recorded.cmdline:
         return "its command line differs from the recorded one"
     return ""
+
+
+def current(recorded: ProcessIdentity) -> ProcessIdentity:
+    """`recorded` with the executable and command line its process shows now.
+
+    A wrapper that execs its daemon, or a daemon that re-execs itself or rewrites its
+    argv, keeps its pid and start time but no longer shows what was seen at its start; the
+    next agent must still know it. Only a process still watched and with the exact start
+    time recorded is re-read (so it is the one we started); anything else is left as is.
+    """
+    if not same_process(recorded.pid, recorded.ticks):
+        return recorded
+    exe, cmdline = executable(recorded.pid), command_line(recorded.pid)
+    if not exe or (exe, cmdline) == (recorded.exe, recorded.cmdline):
+        return recorded  # a zombie shows no executable: keep what was seen
+    return replace(recorded, exe=exe, cmdline=cmdline)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.cgroups import CgroupTree
-from xce_agent.supervision.identity import ProcessIdentity
+from xce_agent.supervision.identity import ProcessIdentity, current
 from xce_agent.supervision.output import PAUSE, OutputPipe
 from xce_agent.supervision.probes import run_probe
 from xce_agent.supervision.process import Handle, ProcessRunner, SpawnError
@@ -223,6 +223,9 @@ class Supervisor:
         self.remove(name, "no longer configured")
 
     def identities(self) -> dict[str, ProcessIdentity]:
+        """The identities to record, following an exec since the start (see `current`)."""
+        for handle in self._handles.values():
+            handle.identity = current(handle.identity)
         return {name: handle.identity for name, handle in self._handles.items()}
 
     def tail(self, name: str) -> tuple[str, ...]:
