@@ -75,6 +75,7 @@ class Agent:
         self.notifier = notifier
         self.reactor = reactor or Reactor()
         self.store = StateStore(config.state_directory)
+        self.store.ensure_directory()  # before anything is created in it (output/)
         self.writer: StateWriter | None = None
         self._shutting_down = shutting_down
         workers = [c for c in config.components if c.role in ms.JOIN_FIRST_ROLES]

@@ -24,6 +24,19 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 STATE_FILE = "state.json"
+# What the agent (or an earlier version) keeps in its state directory; anything else means
+# the directory is shared (state_directory: /var/lib, /tmp, /), which the agent must not close.
+_OWN_NAMES = frozenset(
+    ("state.json", "template.json", "output", "control.sock", "credential", "agent.lock")
+)
+_OWN_PREFIXES = (
+    *(".state.json.", ".template.json.", "state.json.corrupt-", ".credential."),
+    *("notice-", ".notice-"),  # notice_relay.py: notice-NAME.json and its temporary files
+)
+
+
+def _ours(name: str) -> bool:
+    return name in _OWN_NAMES or name.startswith(_OWN_PREFIXES) or name == "lost+found"
 
 
 @dataclass(frozen=True)
@@ -197,6 +210,14 @@ class StateStore:
         except OSError as exc:
             msg = f"{self.directory}: cannot create state directory: {exc.strerror}"
             raise StateError(msg) from None
+        foreign = sorted(name for name in os.listdir(self.directory) if not _ours(name))
+        if foreign:
+            # The agent takes the directory's owner and mode (0700 root): never a shared one.
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise StateError(
+                f"{self.directory}: not a state directory of the agent's own (it holds {shown});"
+                " point state_directory at a directory for the agent alone"
+            )
 
     def clean_temp_files(self) -> int:
         """Remove `.state.json.*` left by a writer that died mid-write; how many."""

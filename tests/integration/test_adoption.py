@@ -272,3 +272,25 @@ def test_a_component_that_execs_after_its_start_is_adopted_not_duplicated(
     assert "stopped -> starting" not in host.log().split("SIGTERM: exiting")[-1]
     assert host.cli("stop", "--timeout", "20").returncode == 0
     assert not alive(worker)
+
+
+def test_a_shared_directory_as_state_directory_is_refused_untouched(host: HostAgent) -> None:
+    """`state_directory: /var/lib` (or /tmp, /): the agent used to chown it to root and
+    chmod it 0700, locking every other user and service out of it."""
+    host.write({"worker": (SLEEPER, "")})
+    shared = host.state_dir
+    shared.mkdir(mode=0o755)
+    (shared / "postgresql").mkdir()
+    os.chown(shared, 65534, 65534)
+    refused = host.cli("run", timeout=30)
+    assert refused.returncode == 1
+    assert "postgresql" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    st = shared.stat()
+    assert (st.st_mode & 0o777, st.st_uid) == (0o755, 65534)
+    assert sorted(p.name for p in shared.iterdir()) == ["postgresql"]
+    (shared / "postgresql").rmdir()  # a directory of the agent's own: it starts
+    (shared / "notice-worker.json").write_text("{}")  # the agent's own files are fine
+    (shared / "state.json.corrupt-1").write_text("{")
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    assert (shared.stat().st_mode & 0o777, shared.stat().st_uid) == (0o700, 0)
