@@ -207,18 +207,27 @@ def _command(node: LineDict, key: str, p: str, c: Checker, env: dict[str, str]) 
     return argv
 
 
+def _numeric(name: str) -> bool:
+    # ASCII only: str.isdigit() and int() also take other scripts' digits ("\u0660" is 0).
+    return name.isascii() and name.isdigit()
+
+
 def _user_exists(name: str) -> bool:
+    if not name.isascii():  # the runner would read "\u0660" as uid 0
+        return False
     try:
-        pwd.getpwnam(name) if not name.isdigit() else pwd.getpwuid(int(name))
-    except KeyError:
+        pwd.getpwnam(name) if not _numeric(name) else pwd.getpwuid(int(name))
+    except (KeyError, OverflowError):
         return False
     return True
 
 
 def _group_exists(name: str) -> bool:
+    if not name.isascii():
+        return False
     try:
-        grp.getgrnam(name) if not name.isdigit() else grp.getgrgid(int(name))
-    except KeyError:
+        grp.getgrnam(name) if not _numeric(name) else grp.getgrgid(int(name))
+    except (KeyError, OverflowError):
         return False
     return True
 

@@ -63,6 +63,9 @@ BAD_NUMBERS = [
     ('        user: "root\\0"\n', "user: expected"),
     ("        limits: {memory_max: 1K}\n", "limits.memory_max: expected a size"),
     ("        limits: {cpu_weight: 0}\n", "limits.cpu_weight: expected an integer"),
+    ('        group: "99999999999"\n', "group: expected"),  # was an OverflowError traceback
+    ('        user: "\u0660"\n', "user: expected"),  # ARABIC-INDIC DIGIT ZERO: uid 0, root
+    ('        group: "\u0660"\n', "group: expected"),
 ]
 
 
