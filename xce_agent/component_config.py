@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import signal
+import urllib.parse
 from pathlib import Path
 
 from xce_agent.supervision.spec import (
@@ -367,7 +368,14 @@ def _probe(node: LineDict, p: str, c: Checker) -> ProbeSpec | None:
             probe = ProbeSpec(ProbeKind.TCP, host=host.strip("[]"), port=int(port))
     else:
         url = c.string(r, "http", pp, pattern=URL, expected="an http:// or https:// URL")
-        if url is not None:
+        if url is not None and not _url_parses(url):  # every probe would fail: a restart loop
+            c.report(
+                join_path(pp, "http"),
+                "a URL with a port from 1 to 65535",
+                describe(url),
+                c.line_of(r, "http"),
+            )
+        elif url is not None:
             probe = ProbeSpec(ProbeKind.HTTP, url=url)
     if probe is None or None in timing:
         return None
@@ -385,6 +393,14 @@ def _probe(node: LineDict, p: str, c: Checker) -> ProbeSpec | None:
         timeout,
         int(threshold),
     )
+
+
+def _url_parses(url: str) -> bool:
+    try:
+        port = urllib.parse.urlsplit(url).port
+    except ValueError:  # a port over 65535, an unclosed [IPv6 literal
+        return False
+    return port != 0
 
 
 def _exit_codes(node: LineDict, p: str, c: Checker) -> list[int] | None:

@@ -66,6 +66,8 @@ BAD_NUMBERS = [
     ('        group: "99999999999"\n', "group: expected"),  # was an OverflowError traceback
     ('        user: "\u0660"\n', "user: expected"),  # ARABIC-INDIC DIGIT ZERO: uid 0, root
     ('        group: "\u0660"\n', "group: expected"),
+    ("        liveness_probe: {http: 'http://h:99999/'}\n", "liveness_probe.http: expected"),
+    ("        liveness_probe: {http: 'http://[::1/'}\n", "liveness_probe.http: expected"),
 ]
 
 
