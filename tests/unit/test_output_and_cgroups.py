@@ -26,6 +26,19 @@ def test_lines_pass_within_the_rate(tmp_path: Path) -> None:
     pipe.close()
 
 
+def test_terminal_control_sequences_in_output_are_shown_escaped(tmp_path: Path) -> None:
+    """A component (any user) printing escapes reached root's terminal raw through `status`
+    and the log: a window title or clipboard write (OSC), a cleared screen, text hidden by
+    carriage return and backspace."""
+    pipe = OutputPipe(tmp_path / "c.out", rate=10, burst=5, clock=Clock())
+    hostile = b"hi\x1b]52;c;cHduZWQ=\x07\x1b[2Jred\rX\x08\x7f\xc2\x9b\tok\r\n"
+    batch = pipe.feed(hostile)
+    assert batch.lines == ("hi\\x1b]52;c;cHduZWQ=\\x07\\x1b[2Jred\\x0dX\\x08\\x7f\\x9b\tok",)
+    assert list(pipe.tail) == list(batch.lines)
+    assert pipe.feed("caf\u00e9 \u2713\n".encode()).lines == ("caf\u00e9 \u2713",)
+    pipe.close()
+
+
 def test_a_flood_is_counted_and_reported_when_lines_flow_again(tmp_path: Path) -> None:
     clock = Clock()
     pipe = OutputPipe(tmp_path / "c.out", rate=10, burst=5, clock=clock)

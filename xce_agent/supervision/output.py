@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import time
 from collections import deque
@@ -118,7 +119,7 @@ class OutputPipe:
         self._tokens -= 1
         if len(raw) > MAX_LINE:
             raw = raw[:MAX_LINE] + b" [line cut]"
-        line = raw.decode("utf-8", "replace").rstrip("\r")
+        line = _CONTROL.sub(_escape, raw.decode("utf-8", "replace").rstrip("\r"))
         self.tail.append(line)
         out.append(line)
 
@@ -130,3 +131,13 @@ class OutputPipe:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
+
+
+# C0 controls but tab, DEL and C1 controls: a component's output reaches root's terminal
+# through `status` and the journal, where these would move the cursor, clear the screen,
+# set the window title or write the clipboard. They are shown as \xNN instead.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
