@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import pwd
 import signal
 import socket
 import sys
@@ -12,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import alive, group_members
+from tests.integration.helpers import alive, group_members, wait_for
 from xce_agent.supervision.machine import Phase
+from xce_agent.supervision.probes import run_probe
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.spec import (
     ComponentSpec,
@@ -314,3 +318,24 @@ def test_a_removed_component_is_forgotten_once_stopped(make: Callable[..., Harne
     h.sup.start("c", "too late")  # ignored: it only stops now
     h.run_until(lambda: "c" not in h.sup.specs)
     assert not alive(pid)
+
+
+def _running_with_arg(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and marker in Path(f"/proc/{entry}/cmdline").read_text():
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+def test_an_exec_probe_runs_as_the_component_user_and_leaves_nothing(tmp_path: Path) -> None:
+    """Probes ran as root for a `user: nobody` component, and whatever a probe left in its
+    process group ran on forever, past `xce-agent stop` (one more every period)."""
+    uid = pwd.getpwnam("nobody").pw_uid
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 1000}"
+    command = ("/bin/sh", "-c", f"(sleep 6{marker} &); sleep 0.1; test $(id -u) = {uid}")
+    ok, detail = run_probe(ProbeSpec(ProbeKind.EXEC, command=command, user="nobody", timeout=5))
+    assert ok, detail  # it ran, as nobody
+    wait_for(lambda: not _running_with_arg(f"sleep 6{marker}"), 5)

@@ -14,6 +14,7 @@ import subprocess
 import urllib.error
 import urllib.request
 
+from xce_agent.supervision.process import credentials
 from xce_agent.supervision.spec import ProbeKind, ProbeSpec
 
 
@@ -30,21 +31,31 @@ def run_probe(probe: ProbeSpec) -> tuple[bool, str]:
 
 
 def _exec(probe: ProbeSpec) -> tuple[bool, str]:
+    creds = credentials(probe.user, probe.group)
     proc = subprocess.Popen(
         list(probe.command),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        user=creds.user,
+        group=creds.group,
+        extra_groups=creds.extra_groups,
     )
     try:
         code = proc.wait(timeout=probe.timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill_group(proc)
         return False, f"exec probe timed out after {probe.timeout:g}s"
+    _kill_group(proc)  # what the probe left in its group would run on, one more per period
     return code == 0, f"exec probe exited with code {code}"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # Safe after the leader was reaped: a pid is not reused while its group has members.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def _tcp(probe: ProbeSpec) -> tuple[bool, str]:

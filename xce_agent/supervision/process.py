@@ -107,19 +107,19 @@ class Credentials:
     extra_groups: list[int] | None = None
 
 
-def _credentials(spec: ComponentSpec) -> Credentials:
-    """The user, group and supplementary groups a component switches to, if any."""
-    if spec.user is None and spec.group is None:
+def credentials(user: str | None, group: str | None) -> Credentials:
+    """The user, group and supplementary groups a component (or its probe) switches to."""
+    if user is None and group is None:
         return Credentials()
     if os.geteuid() != 0:
-        wanted = spec.user or spec.group
+        wanted = user or group
         raise SpawnError(f"cannot switch to {wanted!r}: the agent does not run as root")
     gid: int | None = None
-    if spec.group is not None:
-        gid = int(spec.group) if spec.group.isdigit() else grp.getgrnam(spec.group).gr_gid
-    if spec.user is None:
+    if group is not None:
+        gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    if user is None:
         return Credentials(group=gid)
-    entry = _passwd(spec.user)
+    entry = _passwd(user)
     gid = gid if gid is not None else entry.pw_gid
     return Credentials(entry.pw_uid, gid, os.getgrouplist(entry.pw_name, gid))
 
@@ -156,7 +156,7 @@ class ProcessRunner:
         out = output.child_fd() if output else subprocess.DEVNULL
         procs = -1
         try:
-            creds = _credentials(spec)
+            creds = credentials(spec.user, spec.group)
             if self.cgroups is not None:
                 procs = self.cgroups.open_procs(spec.name, spec.limits)
             popen = subprocess.Popen(

@@ -54,6 +54,9 @@ class ProbeSpec:
     period: float = 10.0
     timeout: float = 2.0
     failure_threshold: int = 3
+    # An exec probe runs as its component's user and group (set by the supervisor).
+    user: str | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ delays another one's exit handling.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -364,9 +365,10 @@ class Supervisor:
         self.on_change(name, state)
 
     def _run_probe(self, name: str) -> None:
-        probe = self.specs[name].liveness
-        if probe is None:
+        spec = self.specs[name]
+        if spec.liveness is None:
             return
+        probe = dataclasses.replace(spec.liveness, user=spec.user, group=spec.group)
 
         def work() -> None:
             ok, detail = self._probe(probe)
