@@ -184,3 +184,33 @@ def test_a_twin_outside_the_cgroup_is_not_adopted(
     assert alive(twin.pid)
     twin.kill()
     twin.wait()
+
+
+SILENT_EXEC = (
+    "import os, sys, time\ntime.sleep(0.3)\n"
+    "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+)
+
+
+def test_a_component_that_exec_d_since_the_last_save_is_adopted_by_its_cgroup(
+    host: HostAgent, cgroup: Path
+) -> None:
+    """Killed with SIGKILL, the agent has only its last save, from before the exec: the
+    process in the component's cgroup with its exact pid and start time is still ours, and
+    used to be killed and restarted as a leftover."""
+    host.write({"worker": (SILENT_EXEC, "stop_timeout: 2s")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    worker = host.running_pid("worker")
+    assert worker is not None
+    host.strays.append(worker)
+    wait_for(lambda: "import time" in Path(f"/proc/{worker}/cmdline").read_text())
+    recorded = host.component("worker")["identity"]["cmdline"]
+    assert "import time" not in " ".join(recorded)  # the record predates the exec
+    host.kill9()
+    host.start()
+    wait_for(lambda: f"adopted running process {worker}" in host.log(), 10)
+    assert host.running_pid("worker") == worker and alive(worker)
+    assert "leftover" not in host.log()
+    assert host.cli("stop", "--timeout", "20").returncode == 0
+    assert not alive(worker)

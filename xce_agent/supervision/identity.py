@@ -205,12 +205,18 @@ def observe(
     )
 
 
-def mismatch(recorded: ProcessIdentity) -> str:
-    """Why the live `recorded.pid` is not the recorded process; "" when it is."""
+def mismatch(recorded: ProcessIdentity, program: bool = True) -> str:
+    """Why the live `recorded.pid` is not the recorded process; "" when it is.
+
+    `program=False` leaves out the executable and command line (for a process whose
+    cgroup vouches for it, see ProcessRunner.adopt).
+    """
     if not same_boot(recorded.boot_id, recorded.boot_time):
         return "recorded in another boot"
     if not same_process(recorded.pid, recorded.ticks):
         return "no process with that pid and start time"
+    if not program:
+        return ""
     if recorded.exe and executable(recorded.pid) != recorded.exe:
         return f"runs {executable(recorded.pid) or 'an unknown executable'}, not {recorded.exe}"
     if recorded.cmdline and command_line(recorded.pid) != recorded.cmdline:

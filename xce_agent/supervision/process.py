@@ -26,6 +26,8 @@ from xce_agent.supervision.cgroups import CgroupTree
 from xce_agent.supervision.identity import (
     ProcessIdentity,
     boot_id,
+    current,
+    executable,
     mismatch,
     observe,
     spec_digest,
@@ -211,6 +213,10 @@ class ProcessRunner:
         # Any mismatch means "gone": an edited state file must not make us signal a stranger
         # (a process of ours that changed itself is killed with its cgroup before the start).
         why = mismatch(recorded)
+        if why and self._vouched(recorded, spec.name):
+            # Exact pid and start time, in the component's cgroup (only the agent puts a
+            # process there): ours, exec'd since the last save of an agent killed -9.
+            why, recorded = "", current(recorded)
         if why:
             os.close(pidfd)
             return Adoption(None, gone=why)
@@ -230,6 +236,15 @@ class ProcessRunner:
         if changed:
             return Adoption(handle, replace="its configured command or settings changed")
         return Adoption(handle)
+
+    def _vouched(self, recorded: ProcessIdentity, name: str) -> bool:
+        if self.cgroups is None or not recorded.cgroup or mismatch(recorded, program=False):
+            return False
+        if not executable(recorded.pid):  # a zombie: gone, whatever its cgroup says
+            return False
+        return recorded.cgroup == self.cgroups.relative(name) and self.cgroups.contains(
+            name, recorded.pid
+        )
 
     def reap(self, handle: Handle) -> tuple[int | None, int | None]:
         """(exit code, killing signal) once the pidfd said it exited; unknown if adopted."""
