@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller import notices
+from xce_controller import observe_api
 from xce_controller.codec import host_to_json, job_to_json
 from xce_controller.model import TERMINAL, Host, Job
 from xce_controller.schemas import (
@@ -52,10 +53,18 @@ def _bearer(authorization: Optional[str]) -> str:
 
 
 def _admin(request: Request, authorization: Annotated[Optional[str], Header()] = None) -> str:
-    token = request.app.state.controller.cfg.admin_token
-    if not hmac.compare_digest(_bearer(authorization), token):
-        raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
-    return "admin"
+    cfg = request.app.state.controller.cfg
+    presented = _bearer(authorization)
+    if hmac.compare_digest(presented, cfg.admin_token):
+        return "admin"
+    # The read-only token reads (a dashboard, `xcecli why`) and changes nothing.
+    if (
+        request.method == "GET"
+        and cfg.read_token
+        and hmac.compare_digest(presented, cfg.read_token)
+    ):
+        return "reader"
+    raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
 
 
 Admin = Annotated[str, Depends(_admin)]
@@ -84,9 +93,11 @@ def create_app(ctl: Controller) -> FastAPI:
     )
 
     app.state.controller = ctl
+    observe_api.install(app, ctl)
 
     @app.exception_handler(lc.Refused)
     async def refused(request: Request, exc: lc.Refused) -> JSONResponse:
+        observe_api.refused(request, exc.kind)
         body = {"error": exc.kind, "message": exc.message, "protocol": PROTOCOL, **exc.details}
         return JSONResponse(body, status_code=exc.status)
 

@@ -15,6 +15,8 @@ from typing import Any
 import click
 import requests
 
+from xce_controller.xcecli_observe import events, why
+
 EX_REFUSED = 1
 EX_UNREACHABLE = 3
 
@@ -341,6 +343,9 @@ def submit(client: Client, command: tuple[str, ...], slots: int, on_host: str) -
     )
     click.echo(f"job {j['id']} {j['state']}")
 
+
+main.add_command(events)
+main.add_command(why)
 
 if __name__ == "__main__":
     main(prog_name=os.path.basename(sys.argv[0]))
