@@ -15,8 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
-from xce_controller import notices
-from xce_controller import observe_api
+from xce_controller import notices, observe_api
 from xce_controller.codec import host_to_json, job_to_json
 from xce_controller.model import TERMINAL, Host, Job
 from xce_controller.schemas import (
