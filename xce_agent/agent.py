@@ -25,6 +25,7 @@ from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, ControlServer
 from xce_agent.handoff import Handoff, HandoffRunner, reader_of
+from xce_agent.metrics_agent import AgentMetrics
 from xce_agent.notice_relay import NoticeRelay
 from xce_agent.notify import Notifier, system_shutting_down, watchdog_interval
 from xce_agent.operator import Operator
@@ -117,6 +118,7 @@ class Agent:
         )
         self.notices = CloudNotices(config.cloud, relay, lambda n: self.post(ms.Noticed(n)))
         self._announcing = False  # telling the controller the system is going down
+        self.metrics = AgentMetrics(config.metrics)
         self._since: dict[str, float] = {}
         self._held: single_agent.Held | None = None
         self._control: ControlServer | None = None
@@ -144,6 +146,7 @@ class Agent:
             self._control = ControlServer(
                 self.config.state_directory / SOCKET_NAME, self.reactor, self.operator.handle
             )
+            self.metrics.start()
             self._resume(previous)
             self._resumed = True
             self._set_lifecycle(Lifecycle.RUNNING)
@@ -279,6 +282,7 @@ class Agent:
             self._control.close()
         self.supervisor.close()
         self.handoff.close()
+        self.metrics.stop()
         if self.writer is not None:
             self.writer.close()
         self.reactor.restore_signals()
@@ -321,6 +325,9 @@ class Agent:
         self.reactor.call_soon_threadsafe(lambda: self.handle(event))
 
     def handle(self, event: ms.Event) -> None:
+        if isinstance(event, ms.ContactOk):  # a heartbeat the controller accepted
+            self.metrics.heartbeat_accepted(time.time())
+            self._update_metrics()
         before = self.state.membership
         after, actions = ms.step(before, event, time.time())
         if after != before:
@@ -447,7 +454,18 @@ class Agent:
         self.state = replace(self.state, updated_at=time.time())
         if self.writer is not None:
             self.writer.submit(self.state)
+        self._update_metrics()
         line = status_line(self.state)
         if line != self._last_status:
             self._last_status = line
             self.notifier.notify(f"STATUS={line}")
+
+    # --- metrics ----------------------------------------------------------------------
+    def _update_metrics(self) -> None:
+        member = self.state.membership
+        self.metrics.update(
+            self.state,
+            {s.name: self.supervisor.state(s.name).last_exit for s in self.config.components},
+            contact=member.standing is ms.Standing.CONNECTED,
+            decommissioned=member.decommissioned,
+        )

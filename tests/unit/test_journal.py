@@ -18,7 +18,7 @@ def parse(datagram: bytes) -> dict[str, str]:
     out: dict[str, str] = {}
     rest = datagram
     while rest:
-        line, sep, tail = rest.partition(b"\n")
+        line, _, tail = rest.partition(b"\n")
         if b"=" in line:
             key, _, value = line.partition(b"=")
             out[key.decode()] = value.decode()
