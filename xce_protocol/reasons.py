@@ -63,7 +63,8 @@ class Reason(str, enum.Enum):
     COMPONENT_SPAWN_FAILED = "component_spawn_failed"  # could not be started at all
     COMPONENT_PROBE_FAILED = "component_probe_failed"  # liveness probe failed: restarted
     COMPONENT_STOPPED = "component_stopped"  # stopped on request
-    WORKER_FATAL = "worker_fatal"  # gave up: crash loop, or an exit that is not restarted
+    WORKER_FATAL = "worker_fatal"  # a worker-role component given up (crash loop)
+    COMPONENT_FATAL = "component_fatal"  # another role's component given up
     WORKER_HELD = "worker_held"  # exited saying its rejoin was refused: held, controller asked
     WORKER_STOPPED_DECOMMISSIONED = "worker_stopped_decommissioned"
     # --- the agent's standing with the controller ---------------------------------------
