@@ -82,14 +82,36 @@ class EventHub:
             if name in (h.key, h.name, h.instance_id, h.expected_name)
         }
 
-    def read(self, since: int, keys: set[str] | None) -> tuple[list[Event], int, bool]:
+    def read(
+        self, since: int, keys: set[str] | None, jobs: dict[int, str]
+    ) -> tuple[list[Event], int, bool]:
         """Events after `since` (about `keys` if given), oldest first; the last sequence
-        number the read covered; whether more may be stored after it."""
-        rows = self.ctl.store.db.execute(
-            "SELECT seq, kind, at, by, data FROM facts WHERE seq > ? ORDER BY seq LIMIT ?",
-            (since, PAGE),
-        ).fetchall()
-        events = [self._event(int(s), Fact(k, at, by, json.loads(d))) for s, k, at, by, d in rows]
+        number the read covered; whether more may be stored after it. `jobs` is the reader's
+        own job -> host map, carried from page to page."""
+        db = self.ctl.store.db
+        if keys is None:
+            rows = db.execute(
+                "SELECT seq, kind, at, by, data FROM facts WHERE seq > ? ORDER BY seq LIMIT ?",
+                (since, PAGE),
+            ).fetchall()
+        else:
+            # SQLite picks the host's facts (and every fact of the jobs ever placed on it);
+            # far cheaper than decoding every fact here.
+            wanted = json.dumps(sorted(keys))
+            rows = db.execute(
+                "SELECT seq, kind, at, by, data FROM facts WHERE seq > ?1 AND ("
+                "json_extract(data, '$.key') IN (SELECT value FROM json_each(?2)) OR "
+                "(kind = 'expected' AND json_extract(data, '$.instance_id') IN "
+                "(SELECT value FROM json_each(?2))) OR "
+                "(kind GLOB 'job_*' AND json_extract(data, '$.id') IN ("
+                "SELECT json_extract(data, '$.id') FROM facts WHERE kind = 'job_assigned' "
+                "AND json_extract(data, '$.key') IN (SELECT value FROM json_each(?2)))))"
+                " ORDER BY seq LIMIT ?3",
+                (since, wanted, PAGE),
+            ).fetchall()
+        events = [
+            self._event(int(s), Fact(k, at, by, json.loads(d)), jobs) for s, k, at, by, d in rows
+        ]
         covered = int(rows[-1][0]) if rows else since
         if keys is not None:
             events = [e for e in events if e.key in keys]
@@ -99,20 +121,21 @@ class EventHub:
         (seq,) = self.ctl.store.db.execute("SELECT COALESCE(MAX(seq), 0) FROM facts").fetchone()
         return int(seq)
 
-    def _event(self, seq: int, fact: Fact) -> Event:
+    def _event(self, seq: int, fact: Fact, jobs: dict[int, str]) -> Event:
         d = fact.data
-        if "key" in d and fact.kind != "job_assigned":
-            return Event(seq, fact, str(d["key"]))
         if fact.kind == "job_submitted":
             return Event(seq, fact, "")  # about no host yet
         if fact.kind.startswith("job_") and "id" in d:
             job_id = int(d["id"])
             if fact.kind == "job_assigned":
-                self._job_host[job_id] = str(d["key"])
+                jobs[job_id] = str(d["key"])
+            if "key" in d:
+                return Event(seq, fact, str(d["key"]))
+            # Placed before this read began: the live map, else where the job is now.
             job = self.ctl.cluster.jobs.get(job_id)
-            key = self._job_host.get(job_id) or (job.assigned if job else "")
+            key = jobs.get(job_id) or self._job_host.get(job_id) or (job.assigned if job else "")
             return Event(seq, fact, key)
-        return Event(seq, fact, str(d.get("instance_id", "")))
+        return Event(seq, fact, str(d.get("key") or d.get("instance_id", "")))
 
     async def wait(self, timeout: float) -> bool:
         """Until the next commit (True) or the timeout (False)."""
@@ -132,12 +155,12 @@ class EventHub:
     ) -> AsyncIterator[dict[str, Any] | None]:
         """Event bodies after `since`; with `follow`, then each new one as it is committed,
         and None after `keepalive` seconds of quiet."""
-        last = since
+        last, jobs = since, dict[int, str]()
         while True:
             seen = self.commits
             # A name's records can grow (a new incarnation joins): resolve on every page.
             keys = self.host_keys(host) if host else None
-            events, last, more = self.read(last, keys)
+            events, last, more = self.read(last, keys, jobs)
             for event in events:
                 yield event.to_json(self.ctl.cluster)
             if more:

@@ -47,14 +47,18 @@ class _Teller:
 
     def __init__(self) -> None:
         self.marks: dict[str, float] = {}  # expected, joined, drain, gone, job:N
-        self.lines: list[str] = []
+        self.told: list[tuple[float, str]] = []
 
     def say(self, at: float, text: str) -> None:
-        self.lines.append(f"{_clock(at)}  {text}")
+        self.told.append((at, f"{_clock(at)}  {text}"))
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for _, line in sorted(self.told, key=lambda t: t[0])]  # stable: in order
 
     def after(self, mark: str, at: float) -> str:
         since = self.marks.get(mark)
-        return f" ({duration(at - since)} after {_MARK_WORDS[mark]})" if since else ""
+        return f" ({duration(at - since)} after {_MARK_WORDS[mark]})" if since is not None else ""
 
     def tell(self, event: Event) -> None:
         handler = _KINDS.get(event["kind"])
@@ -128,11 +132,11 @@ def _job(verb: str) -> Callable[[_Teller, Event], None]:
         job_id = e["data"].get("id")
         mark = f"job:{job_id}"
         since = t.marks.get(mark)
-        ran = f" after {duration(e['at'] - since)}" if since else ""
+        ran = f" after {duration(e['at'] - since)}" if since is not None else ""
         code = e["data"].get("exit_code")
         exit_text = f" with exit code {code}" if code is not None else ""
         t.say(e["at"], f"job {job_id} {verb}{exit_text}{ran}{_why(e)}")
-        if verb in ("placed", "started"):
+        if verb.startswith(("placed", "started")):
             t.marks[mark] = e["at"]
 
     return tell
@@ -166,12 +170,28 @@ _KINDS: dict[str, Callable[[_Teller, Event], None]] = {
 }
 
 
+JOB_LINES = 12  # job events told one by one; earlier ones are summed up in one line
+
+
+def _summary(jobs: list[Event]) -> str:
+    ended = [e["kind"].removeprefix("job_") for e in jobs if e["kind"] != "job_assigned"]
+    counts = ", ".join(f"{ended.count(k)} {k}" for k in sorted(set(ended)))
+    ids = {e["data"].get("id") for e in jobs}
+    return f"{len(ids)} earlier jobs ({counts or 'none ended'}), told in `xcecli events`"
+
+
 def story(host: dict[str, Any], events: list[Event], now: float) -> list[str]:
     """The lines `xcecli why` prints for `host` (a /v1/hosts/NAME answer)."""
     name = host.get("name") or host.get("expected_name") or host["key"]
     teller = _Teller()
+    jobs = [e for e in events if e["kind"].startswith("job_")]
+    quiet = jobs[:-JOB_LINES] if len(jobs) > 2 * JOB_LINES else []
+    skipped = {id(e) for e in quiet if e["kind"] != "job_requeued" and e["kind"] != "job_killed"}
     for event in events:
-        teller.tell(event)
+        if quiet and event is quiet[0]:
+            teller.say(event["at"], _summary(quiet))
+        if id(event) not in skipped:
+            teller.tell(event)
     report = host.get("report")
     if report and host.get("state") in ("decommissioned", "returned"):
         words = report.get("agent_state") or "no state"
