@@ -37,7 +37,8 @@ def test_the_decommission_story_in_order_with_durations() -> None:
         ev(4, 101, "job_started", "n1", id=7),
         ev(5, 400, "drain", "admin", key="i-1", timeout=60, policy="requeue", why="scale in"),
         ev(6, 460, "job_requeued", id=7, why="drain timeout", code="drain_timeout_requeued"),
-        ev(7, 460, "state", key="i-1", state="decommissioned", why="scale in", code="drain_timeout_requeued"),
+        ev(7, 460, "state", key="i-1", state="decommissioned", why="scale in",
+           code="drain_timeout_requeued"),
         ev(8, 1000, "state", "provisioner", key="i-1", state="returned", why="instance returned"),
         ev(9, 1001, "a_kind_from_the_future", "controller", why="new"),
     ]  # fmt: skip
