@@ -359,9 +359,9 @@ class Agent:
     def _perform(self, action: ms.Action) -> None:
         if isinstance(action, ms.StartRole):
             if self.prepare_role(action.role):
-                self.supervisor.start_role(action.role, action.reason)
+                self.supervisor.start_role(action.role, action.reason, action.code)
         elif isinstance(action, ms.StopRole):
-            self.supervisor.stop_role(action.role, action.reason)
+            self.supervisor.stop_role(action.role, action.reason, action.code)
         elif isinstance(action, ms.WriteTemplate):
             try:
                 self.handoff.write_template(action.doc)
@@ -424,7 +424,8 @@ class Agent:
         quiet = (ms.Standing.UNREACHABLE, ms.Standing.REFUSED)
         level = logging.WARNING if after.standing in quiet else logging.INFO
         detail = f" ({after.detail})" if after.detail else ""
-        log.log(level, "controller contact: %s%s", after.standing.value, detail)
+        code = {"reason_code": ms.standing_code(after.standing)}
+        log.log(level, "controller contact: %s%s", after.standing.value, detail, extra=code)
 
     # --- state ------------------------------------------------------------------------
     def _component_changed(self, name: str, cstate: m.ComponentState) -> None:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,22 @@ class Sides:
         except OSError:
             return {}
 
+    def status(self) -> str:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "xce_agent",
+                "status",
+                "--state-dir",
+                str(self.agent.dir / "state"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return out.stdout
+
     def agent_port(self) -> str:
         return requests.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
 
@@ -114,12 +131,15 @@ def test_counters_move_through_the_decommission_story(sides: Sides) -> None:
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: sides.agent_file().get(f"xce_agent_component_restarts_total{{{W}}}") == 1, 20)
     assert sides.agent_file()[f"xce_agent_component_last_exit_code{{{W}}}"] == 137
+    assert "killed by SIGKILL [component_exited]" in sides.status()
 
     # Decommissioned: counted by the controller, the instance on to-return, the agent's
     # worker down for good and the agent says so.
     sides.api("POST", "/v1/hosts/node1/decommission", json={"reason": "scale in"})
     wait_for(lambda: sides.agent_file().get("xce_agent_decommissioned{}") == 1, 20)
     wait_for(lambda: sides.agent_file().get(f"xce_agent_component_up{{{W}}}") == 0, 20)
+    status = sides.status()
+    assert "[refused_decommissioned]" in status and "[worker_stopped_decommissioned]" in status
     c2 = sides.controller()
     assert c2["xce_controller_decommissions_total{outcome=drained,template=default}"] == 1
     assert c2["xce_controller_drain_duration_seconds_count{outcome=drained,policy=requeue}"] == 1

@@ -137,3 +137,13 @@ def test_metrics_config() -> None:
         _, problems = parse(bad + "\n")
         assert len(problems) == 1 and words in problems[0], (bad, problems)
         assert "agent.yaml line 1" in problems[0]
+
+
+def test_codes_are_saved_beside_the_records_and_read_back() -> None:
+    s = AgentState(components=(ComponentRecord("worker", "worker", "fatal", code="worker_fatal"),))
+    data = s.to_json()
+    assert "code" not in data["components"][0]  # an older agent reads the records unchanged
+    assert data["codes"] == {"worker": "worker_fatal"}
+    assert AgentState.from_json(data).components[0].code == "worker_fatal"
+    del data["codes"]
+    assert AgentState.from_json(data).components[0].code == ""
