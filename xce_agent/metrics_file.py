@@ -36,6 +36,8 @@ class ComponentSample:
     restarts: int
     last_exit_code: int | None  # a signal is 128 + its number, as a shell reports it
     give_ups: int
+    phase: str = ""
+    code: str = ""  # the reason code of its last change
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ def sample(
             c.restarts,
             exit_code(exits.get(c.name)),
             gave.get(c.name, 0),
+            c.phase,
+            c.code,
         )
         for c in state.components
     )
@@ -157,6 +161,12 @@ def render(s: Sample, now: float | None = None) -> str:
         "gauge",
         "1 while the component runs.",
         [(lbl, int(c.up)) for c, lbl in comp],
+    )
+    t.family(
+        "xce_agent_component_state",
+        "gauge",
+        "1 for the component's phase and the reason code of its last change.",
+        [(_labels(component=c.name, role=c.role, phase=c.phase, code=c.code), 1) for c, _ in comp],
     )
     t.family(
         "xce_agent_component_restarts",

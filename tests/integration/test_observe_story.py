@@ -132,6 +132,9 @@ def test_counters_move_through_the_decommission_story(sides: Sides) -> None:
     wait_for(lambda: sides.agent_file().get(f"xce_agent_component_restarts_total{{{W}}}") == 1, 20)
     assert sides.agent_file()[f"xce_agent_component_last_exit_code{{{W}}}"] == 137
     assert "killed by SIGKILL [component_exited]" in sides.status()
+    running = "xce_agent_component_state{code=component_exited,component=worker,phase=running,"
+    running += "role=worker}"
+    assert sides.agent_file()[running] == 1
 
     # Decommissioned: counted by the controller, the instance on to-return, the agent's
     # worker down for good and the agent says so.

@@ -44,6 +44,10 @@ def test_render_says_what_runs_and_how_the_controller_sees_us() -> None:
     assert 'xce_agent_component_up{component="worker",role="worker"} 1' in text
     assert 'xce_agent_component_last_exit_code{component="worker",role="worker"} 137' in text
     assert "xce_agent_controller_contact 1" in text
+    assert (
+        'xce_agent_component_state{code="",component="worker",phase="running",role="worker"} 1'
+        in text
+    )
     assert "xce_agent_decommissioned 0" in text
     assert "xce_agent_last_heartbeat" not in text  # none accepted yet: no made-up time
     assert "xce_agent_notice_pending" not in text  # no notice watcher: not claimed
