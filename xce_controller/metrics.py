@@ -251,12 +251,16 @@ class LatencyMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.monotonic()
-        endpoint = route_of(self.routes(), scope)
         method = str(scope.get("method", ""))
 
         async def timed(message: Message) -> None:
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body"):
+                # The router leaves the matched route in the scope (FastAPI); only requests
+                # it did not route (404s, middleware answers) are matched here.
+                route = scope.get("route")
+                path = getattr(route, "path", None)
+                endpoint = str(path) if path else route_of(self.routes(), scope)
                 self.metrics.latency.labels(method, endpoint).observe(time.monotonic() - start)
 
         await self.app(scope, receive, timed)
