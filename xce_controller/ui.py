@@ -112,7 +112,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
             host = ctl.find_host(name)
         except lc.Refused as exc:
             return html(r.page("XCE: no such host", f"<p>{exc.message}</p>", 0), 404)
-        events = await _host_events(hub, name)
+        events = [e for e in await _host_events(hub, host.key) if e["key"] == host.key]
         data = view(ctl, host)
         main = r.timeline(data, story(data, events, ctl.clock()), events)
         if part == "main":

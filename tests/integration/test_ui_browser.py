@@ -201,3 +201,11 @@ def test_status_page_and_its_stream_refuse_without_a_token(ctl: EmbeddedControll
     assert page.status_code == 200 and "gpu1" in page.text
     assert "script-src" not in page.headers["content-security-policy"]  # default-src 'self'
     assert "<script>" not in page.text  # nothing inline: the policy forbids it
+
+
+def test_page_escapes_what_admins_and_hosts_wrote(ctl: EmbeddedController) -> None:
+    admin(ctl, "POST", "/v1/hosts/gpu2/close", {"reason": "<script>alert(1)</script>"})
+    headers = {"Authorization": "Bearer r3ad"}
+    for path in ("/ui", "/ui/hosts/gpu2", "/ui?q=%3Cscript%3E"):
+        page = requests.get(ctl.url + path, headers=headers, timeout=5).text
+        assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
