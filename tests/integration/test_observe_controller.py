@@ -236,3 +236,21 @@ def test_xcecli_events_json_and_text(ctl: EmbeddedController) -> None:
     assert lines[0]["kind"] == "expected"
     text = xcecli(ctl, "events", "--host", "gpu1").stdout
     assert "joined" in text and "gpu1" in text
+
+
+def test_followers_that_hang_up_leave_nothing_behind(ctl: EmbeddedController) -> None:
+    app: Any = ctl.server.config.app
+    hub = app.state.events
+    call(ctl, "POST", "/v1/expected", {"instance_id": "i-5", "template": "default"})
+    for _ in range(20):
+        with requests.get(
+            ctl.url + "/v1/events",
+            params={"follow": "true"},
+            headers=READ,
+            stream=True,
+            timeout=10,
+        ) as r:
+            assert json.loads(next(r.iter_lines()))["kind"] == "expected"
+    wait_for(lambda: not hub._waiters, 10)
+    # and the stream still works for the next one
+    assert events(ctl)[0]["kind"] == "expected"
