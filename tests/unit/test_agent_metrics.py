@@ -151,3 +151,47 @@ def test_codes_are_saved_beside_the_records_and_read_back() -> None:
     assert AgentState.from_json(data).components[0].code == "worker_fatal"
     del data["codes"]
     assert AgentState.from_json(data).components[0].code == ""
+
+
+def test_a_busy_port_is_logged_and_the_file_still_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import socket
+
+    from xce_agent.metrics_agent import AgentMetrics
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg = MetricsConfig(tmp_path / "a.prom", ("127.0.0.1", port))
+        metrics = AgentMetrics(cfg)
+    assert metrics.port is None and "metrics port 127.0.0.1" in caplog.text
+    metrics.start()
+    metrics.update(state(), {}, contact=True, decommissioned=False)
+    metrics.stop()
+    assert "xce_agent_component_up" in (tmp_path / "a.prom").read_text()
+
+
+def test_the_port_serves_the_latest_sample_with_the_heartbeat_age(tmp_path: Path) -> None:
+    import time
+    import urllib.request
+
+    from xce_agent.metrics_agent import AgentMetrics
+
+    metrics = AgentMetrics(MetricsConfig(None, ("127.0.0.1", 0)))
+    assert metrics.port is not None
+    metrics.start()
+    try:
+        url = f"http://127.0.0.1:{metrics.port.port}"
+        metrics.heartbeat_accepted(time.time() - 30)
+        metrics.update(state(), {}, contact=True, decommissioned=False)
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        line = next(x for x in text.splitlines() if x.startswith("xce_agent_heartbeat_age"))
+        age = float(line.split()[1])
+        assert 29 <= age < 60
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(url + "/other", timeout=5)
+    finally:
+        metrics.stop()
