@@ -41,6 +41,7 @@ class Event:
             "host": name or d.get("name", "") or self.key,
             "instance_id": host.instance_id if host is not None else d.get("instance_id", ""),
             "why": d.get("why", ""),
+            "code": d.get("code", ""),
             "data": {k: v for k, v in d.items() if not _secret(k)},
         }
         if self.fact.kind == "state":

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from xce_controller.config import ClusterConfig
 from xce_controller.lifecycle import CONTROLLER, Refused, fact
 from xce_controller.model import ACTIVE_JOB, TERMINAL, Cluster, Fact, Host, HostState, Job, JobState
+from xce_protocol.reasons import Reason
 
 
 def submit(
@@ -87,7 +88,9 @@ def cancel(cluster: Cluster, now: float, by: str, job_id: int) -> list[Fact]:
         raise Refused("not_found", 404, f"no job {job_id}")
     if job.state not in (JobState.PENDING, *ACTIVE_JOB):
         raise Refused("conflict", 409, f"job {job_id} is already {job.state.value}")
-    return [fact("job_killed", now, by, id=job_id, why=f"cancelled by {by}")]
+    return [
+        fact("job_killed", now, by, id=job_id, why=f"cancelled by {by}", code=Reason.JOB_CANCELLED)
+    ]
 
 
 def job_report(

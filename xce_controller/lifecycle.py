@@ -22,6 +22,7 @@ from xce_controller.model import (
     Host,
     HostState,
 )
+from xce_protocol.reasons import Reason, refusal
 
 CONTROLLER = "controller"
 
@@ -32,6 +33,7 @@ class Refused(Exception):
     def __init__(self, kind: str, status: int, message: str, **details: Any) -> None:
         super().__init__(message)
         self.kind = kind
+        self.code = refusal(kind)  # the reason code answers and metrics carry
         self.status = status
         self.message = message
         self.details = details
@@ -68,6 +70,9 @@ def decommissioned(host: Host) -> Refused:
 
 
 def fact(kind: str, now: float, by: str, **data: Any) -> Fact:
+    """A fact; a `code` (xce_protocol.reasons) is stored as its plain string."""
+    if isinstance(data.get("code"), Reason):
+        data["code"] = data["code"].value
     return Fact(kind, now, by, data)
 
 
@@ -105,6 +110,7 @@ def expect(
             deadline=when,
             provider=provider,
             token_hash=token_hash(token),
+            code=Reason.INSTANCE_EXPECTED,
         )
     ]
 
@@ -123,7 +129,17 @@ def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[
     host = cluster.hosts.get(instance_id)
     if host is None or not returnable(host):
         raise Refused("not_returnable", 409, f"instance {instance_id} is not on the to-return list")
-    return [fact("state", now, by, key=host.key, state="returned", why="instance returned")]
+    return [
+        fact(
+            "state",
+            now,
+            by,
+            key=host.key,
+            state="returned",
+            why="instance returned",
+            code=Reason.INSTANCE_RETURNED,
+        )
+    ]
 
 
 # --- joins and heartbeats -------------------------------------------------------------
@@ -206,6 +222,7 @@ def _join_again(now: float, req: JoinRequest, host: Host) -> list[Fact]:
             host.provider,
             host.instance_id,
             why="rejoined after loss",
+            code=Reason.REJOINED_AFTER_LOSS,
         )
         joined.data["state"] = returned_state(host).value
         return [joined]
@@ -217,6 +234,7 @@ def _join_again(now: float, req: JoinRequest, host: Host) -> list[Fact]:
             key=host.key,
             boot_id=req.boot_id,
             addresses=list(req.addresses),
+            code=Reason.AGENT_RECONNECTED,
         )
     ]
 
@@ -230,6 +248,7 @@ def _joined_fact(
     provider: str,
     instance_id: str = "",
     why: str = "",
+    code: Reason | None = None,
 ) -> Fact:
     data: dict[str, Any] = dict(
         key=key,
@@ -245,6 +264,9 @@ def _joined_fact(
     )
     if why:
         data["why"] = why
+    data["code"] = (
+        code or (Reason.JOINED_PROVISIONED if provisioned else Reason.JOINED_UNPROVISIONED)
+    ).value
     return Fact("joined", now, req.name, data)
 
 
@@ -286,6 +308,7 @@ def heartbeat(cluster: Cluster, now: float, host: Host) -> list[Fact]:
                 key=host.key,
                 state=state.value,
                 why=f"heartbeat resumed after loss ({state.value} again)",
+                code=Reason.HEARTBEAT_RESUMED,
             )
         ]
     return []
@@ -333,7 +356,18 @@ def control(
                 f"cannot {action} host {host.name or host.key}: it is {host.state.value}",
             )
         state = "open" if action == "open" else "closed"
-        return [fact("state", now, by, key=host.key, state=state, why=why or f"{action}ed by {by}")]
+        code = Reason.ADMIN_OPENED if action == "open" else Reason.ADMIN_CLOSED
+        return [
+            fact(
+                "state",
+                now,
+                by,
+                key=host.key,
+                state=state,
+                why=why or f"{action}ed by {by}",
+                code=code,
+            )
+        ]
     if action != "decommission":
         raise Refused("bad_request", 422, f"unknown action {action!r}")
     if host.state is HostState.DRAINING:
@@ -347,6 +381,7 @@ def control(
                 key=host.key,
                 state="decommissioned",
                 why=why or f"decommissioned by {by}",
+                code=Reason.DECOMMISSIONED_IDLE,
             )
         ]
     chosen = DrainPolicy(policy) if policy else cfg.drain_policy
@@ -364,6 +399,7 @@ def control(
             timeout=timeout,
             policy=chosen.value,
             why=why or f"decommissioned by {by}",
+            code=Reason.DECOMMISSION_REQUESTED,
         )
     ]
     return facts

@@ -96,37 +96,39 @@ def since_state(history: Iterable[Any]) -> float:
 
 
 class FactTally:
-    """Counters and histograms folded from committed facts."""
+    """Counters and histograms folded from committed facts, labelled with their reason codes
+    (xce_protocol.reasons: a small, fixed set, so the label stays bounded)."""
 
     def __init__(self, registry: CollectorRegistry, cluster: Cluster) -> None:
-        self.joins = Counter(
-            "xce_controller_joins",
-            "Joins accepted, by template and how the host joined.",
-            ["template", "how"],
-            registry=registry,
-        )
-        self.refusals = Counter(
-            "xce_controller_refusals",
-            "Requests refused, by the error kind the answer carries.",
-            ["endpoint", "reason"],
-            registry=registry,
-        )
-        self.transitions = Counter(
+        def counter(name: str, text: str, labels: list[str]) -> Counter:
+            return Counter(name, text, labels, registry=registry)
+
+        self.joins = counter(
+            "xce_controller_joins", "Joins accepted, by template and reason code.",
+            ["template", "code"],
+        )  # fmt: skip
+        self.refusals = counter(
+            "xce_controller_refusals", "Requests refused, by endpoint and reason code.",
+            ["endpoint", "code"],
+        )  # fmt: skip
+        self.transitions = counter(
             "xce_controller_host_transitions",
-            "Host state changes, by the state entered.",
-            ["state"],
-            registry=registry,
-        )
-        self.decommissions = Counter(
+            "Host state changes, by the state entered and the reason code.", ["state", "code"],
+        )  # fmt: skip
+        self.decommissions = counter(
             "xce_controller_decommissions",
-            "Hosts decommissioned, by template and how the drain ended.",
-            ["template", "outcome"],
-            registry=registry,
-        )
+            "Hosts decommissioned, by template and how (drained, drain_timeout_requeued, ...).",
+            ["template", "code"],
+        )  # fmt: skip
+        self.jobs = counter(
+            "xce_controller_jobs_ended",
+            "Jobs requeued or killed by the controller, by what it did and why.",
+            ["action", "code"],
+        )  # fmt: skip
         self.drain = Histogram(
             "xce_controller_drain_duration_seconds",
-            "From decommission request to decommissioned, by drain policy and outcome.",
-            ["policy", "outcome"],
+            "From decommission request to decommissioned, by drain policy and how it ended.",
+            ["policy", "code"],
             buckets=DRAIN_BUCKETS,
             registry=registry,
         )
@@ -134,12 +136,6 @@ class FactTally:
             "xce_controller_return_delay_seconds",
             "How long an instance waited on the to-return list before it was returned.",
             buckets=RETURN_BUCKETS,
-            registry=registry,
-        )
-        self.jobs = Counter(
-            "xce_controller_jobs_ended",
-            "Jobs requeued or killed by the controller, by what it did.",
-            ["action"],
             registry=registry,
         )
         self.cluster = cluster
@@ -153,35 +149,34 @@ class FactTally:
     def observe(self, facts: list[Fact], cluster: Cluster) -> None:
         """Count one committed batch; `cluster` is the state after it."""
         self.cluster = cluster
-        ended = {f.kind for f in facts if f.kind in ("job_requeued", "job_killed")}
         for fact in facts:
-            self._one(fact, ended)
+            self._one(fact)
 
-    def _one(self, fact: Fact, ended: set[str]) -> None:
+    def _one(self, fact: Fact) -> None:
         d = fact.data
+        code = str(d.get("code", ""))
         host = self.cluster.hosts.get(str(d.get("key", "")))
         template = host.template if host is not None else "-"
         if fact.kind == "joined":
-            how = "provisioned" if d.get("provisioned") else "unprovisioned"
-            self.joins.labels(template, "after_loss" if d.get("why") else how).inc()
-            self.transitions.labels(host.state.value if host else "open").inc()
+            self.joins.labels(template, code).inc()
+            self.transitions.labels(str(d.get("state", HostState.OPEN.value)), code).inc()
         elif fact.kind == "drain":
             self._drains[str(d["key"])] = (fact.at, str(d["policy"]))
-            self.transitions.labels(HostState.DRAINING.value).inc()
+            self.transitions.labels(HostState.DRAINING.value, code).inc()
         elif fact.kind == "state":
-            self._state(fact, template, ended)
+            self._state(fact, template, code)
         elif fact.kind in ("job_requeued", "job_killed"):
-            self.jobs.labels("requeued" if fact.kind == "job_requeued" else "killed").inc()
+            action = "requeued" if fact.kind == "job_requeued" else "killed"
+            self.jobs.labels(action, code).inc()
 
-    def _state(self, fact: Fact, template: str, ended: set[str]) -> None:
+    def _state(self, fact: Fact, template: str, code: str) -> None:
         key, state = str(fact.data["key"]), str(fact.data["state"])
-        self.transitions.labels(state).inc()
+        self.transitions.labels(state, code).inc()
         if state == HostState.DECOMMISSIONED.value:
             started = self._drains.pop(key, None)
-            outcome = _drain_outcome(started is not None, ended)
-            self.decommissions.labels(template, outcome).inc()
+            self.decommissions.labels(template, code).inc()
             if started is not None:
-                self.drain.labels(started[1], outcome).observe(max(0.0, fact.at - started[0]))
+                self.drain.labels(started[1], code).observe(max(0.0, fact.at - started[0]))
         elif state == HostState.RETURNED.value:
             host = self.cluster.hosts.get(key)
             if host is not None:
@@ -193,16 +188,6 @@ class FactTally:
 
 
 _RETURNED_FROM = {s.value for s in RETURNED_FROM}
-
-
-def _drain_outcome(drained: bool, ended: set[str]) -> str:
-    if not drained:
-        return "nothing_running"  # expected, overdue or lost: decommissioned at once
-    if "job_killed" in ended:
-        return "timeout_killed"
-    if "job_requeued" in ended:
-        return "timeout_requeued"
-    return "drained"
 
 
 class Metrics:

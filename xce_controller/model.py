@@ -65,6 +65,7 @@ class Change:
     state: str
     by: str
     why: str
+    code: str = ""  # the reason code (xce_protocol.reasons); "" in records older than codes
 
 
 @dataclass(frozen=True)

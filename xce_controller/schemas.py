@@ -33,6 +33,7 @@ class Strict(BaseModel):
 
 class ErrorBody(BaseModel):
     error: str = Field(description="stable kind: decommissioned, unmatched, duplicate, ...")
+    code: Optional[str] = Field(None, description="reason code: refused_decommissioned, ...")
     message: str
     host: Optional[str] = None
     instance_id: Optional[str] = None
@@ -167,6 +168,7 @@ class ChangeBody(BaseModel):
     state: str
     by: str
     why: str
+    code: str = Field("", description="reason code (docs/observability.md)")
 
 
 class DrainBody(BaseModel):
@@ -183,6 +185,7 @@ class HostDetail(BaseModel):
     name: str
     state: str
     reason: str
+    code: str = Field("", description="reason code of the current state")
     template: str
     instance_id: str
     provider: str

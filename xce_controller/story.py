@@ -93,7 +93,8 @@ def _joined(t: _Teller, e: Event) -> None:
     how = "provisioned instance" if d.get("provisioned") else "unprovisioned host"
     where = f" from {', '.join(d['addresses'])}" if d.get("addresses") else ""
     text = f"joined as {d.get('name', '-')} ({how} {d.get('instance_id') or '-'}){where}"
-    t.say(e["at"], text + t.after("expected", e["at"]) + _why_only(e, "joined"))
+    code = f" [{e['code']}]" if e.get("code") else ""
+    t.say(e["at"], text + t.after("expected", e["at"]) + _why_only(e, "joined") + code)
     t.marks["joined"] = e["at"]
 
 
@@ -103,7 +104,7 @@ def _why_only(e: Event, plain: str) -> str:
 
 
 def _rejoined(t: _Teller, e: Event) -> None:
-    t.say(e["at"], "its agent joined again (same instance, new connection)")
+    t.say(e["at"], f"joined again as the same instance (a reconnect, not a new host){_why(e)}")
 
 
 def _state(t: _Teller, e: Event) -> None:
@@ -124,7 +125,8 @@ def _drain(t: _Teller, e: Event) -> None:
     timeout = d.get("timeout")
     limit = f", drain timeout {duration(timeout)}" if timeout is not None else ", no timeout"
     why = f": {e['why']}" if e.get("why") else ""
-    t.say(e["at"], f"decommission requested{_by(e)}{why} (policy {d.get('policy')}{limit})")
+    code = f" [{e['code']}]" if e.get("code") else ""
+    t.say(e["at"], f"decommission requested{_by(e)}{why} (policy {d.get('policy')}{limit}){code}")
 
 
 def _job(verb: str) -> Callable[[_Teller, Event], None]:
@@ -203,6 +205,8 @@ def story(host: dict[str, Any], events: list[Event], now: float) -> list[str]:
     head = f"{name} is {host['state']}"
     if host.get("reason"):
         head += f": {host['reason']}"
+    if host.get("code"):
+        head += f" [{host['code']}]"
     changed = host["history"][-1]["at"] if host.get("history") else None
     if changed:
         head += f" (for {duration(now - changed)})"

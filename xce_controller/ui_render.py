@@ -187,7 +187,7 @@ def _host_table(hosts: list[dict[str, Any]], now: float) -> str:
 
 
 def _return_table(hosts: list[dict[str, Any]], now: float) -> str:
-    head = "<tr><th>Instance<th>Host<th>State<th>Waiting<th>Reason"
+    head = "<tr><th>Instance<th>Host<th>State<th>Waiting<th>Reason<th>Code"
     rows = []
     for h in sorted(hosts, key=lambda h: _since(h) or now):
         since = _since(h)
@@ -196,8 +196,9 @@ def _return_table(hosts: list[dict[str, Any]], now: float) -> str:
             f"<td>{escape(h.get('instance_id') or '-')}<td>{_link(h)}"
             f"<td class='state s-{h['state']}'>{h['state']}"
             f"<td>{duration(now - since) if since else '-'}<td>{escape(h.get('reason') or '')}"
+            f"<td class=code>{escape(_code(h))}"
         )
-    body = "".join(rows) or "<tr><td colspan=5 class=muted>nothing to return"
+    body = "".join(rows) or "<tr><td colspan=6 class=muted>nothing to return"
     return f"<table id=to-return>{head}{body}</table>"
 
 

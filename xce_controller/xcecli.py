@@ -53,6 +53,10 @@ def _when(ts: float | None, now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S" if far else "%H:%M:%S", time.localtime(ts))
 
 
+def _code(record: dict[str, Any]) -> str:
+    return f" [{record['code']}]" if record.get("code") else ""
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
@@ -115,7 +119,7 @@ def _host_rows(hosts: list[dict[str, Any]]) -> str:
             _when(h["joined_at"]),
             _when(h["deadline"]) if h["state"] in ("expected", "overdue") else "-",
             _notice(h),
-            h["reason"],
+            h["reason"] + _code(h),
         ]
         for h in hosts
     ]
@@ -196,7 +200,8 @@ def host(client: Client, name: str, as_json: bool) -> None:
         ]
     lines.append("history:")
     lines += [
-        f"  {_when(c['at'])}  {c['state']:<15} by {c['by']}: {c['why']}" for c in h["history"]
+        f"  {_when(c['at'])}  {c['state']:<15} by {c['by']}: {c['why']}{_code(c)}"
+        for c in h["history"]
     ]
     _out(h, as_json, "\n".join(lines))
 
@@ -229,7 +234,7 @@ def expect(client: Client, /, instance_id: str, **fields: Any) -> None:
 def _control(client: Client, name: str, action: str, body: dict[str, Any]) -> None:
     h = client.call("POST", f"/v1/hosts/{name}/{action}", json=body)
     shown = h["name"] or h["expected_name"] or h["instance_id"] or name
-    click.echo(f"{shown}: {h['state']} ({h['reason']})")
+    click.echo(f"{shown}: {h['state']} ({h['reason']}){_code(h)}")
 
 
 @main.command("open")

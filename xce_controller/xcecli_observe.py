@@ -44,7 +44,7 @@ def _stream(client: ApiClient, params: dict[str, Any]) -> Iterator[dict[str, Any
 def _line(e: dict[str, Any]) -> str:
     what = e["kind"] + (f" {e['state']}" if e.get("state") else "")
     code = e.get("code") or e["data"].get("code")
-    why = (e.get("why") or "") + (f" [{code}]" if code else "")
+    why = " ".join(x for x in (e.get("why") or "", f"[{code}]" if code else "") if x)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"]))
     line = f"{stamp}  #{e['seq']:<6} {e['host'] or '-':<20} {what:<22} by {e['by']}"
     return f"{line}: {why}" if why else line

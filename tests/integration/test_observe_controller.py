@@ -94,7 +94,9 @@ def test_metrics_need_a_token_and_the_read_token_cannot_change_anything(
     # The refusals above were counted, by endpoint and kind.
     text = scrape(ctl)
     assert (
-        value(text, "xce_controller_refusals_total", endpoint="/v1/jobs", reason="unauthorized")
+        value(
+            text, "xce_controller_refusals_total", endpoint="/v1/jobs", code="refused_unauthorized"
+        )
         == 1
     )
 
@@ -105,11 +107,14 @@ def test_metrics_follow_the_decommission_story(ctl: EmbeddedController) -> None:
     story_setup(ctl)
     wait_for(lambda: call(ctl, "GET", "/v1/hosts/gpu1")["state"] == "decommissioned")
     text = scrape(ctl)
-    assert value(text, "xce_controller_joins_total", template="gpu", how="provisioned") == 1
+    assert value(text, "xce_controller_joins_total", template="gpu", code="joined_provisioned") == 1
     assert value(text, "xce_controller_hosts", state="decommissioned", template="gpu") == 1
     assert (
         value(
-            text, "xce_controller_decommissions_total", template="gpu", outcome="timeout_requeued"
+            text,
+            "xce_controller_decommissions_total",
+            template="gpu",
+            code="drain_timeout_requeued",
         )
         == 1
     )
@@ -117,10 +122,18 @@ def test_metrics_follow_the_decommission_story(ctl: EmbeddedController) -> None:
         text,
         "xce_controller_drain_duration_seconds_count",
         policy="requeue",
-        outcome="timeout_requeued",
+        code="drain_timeout_requeued",
     )
     assert drained == 1
-    assert value(text, "xce_controller_jobs_ended_total", action="requeued") == 1
+    assert (
+        value(
+            text,
+            "xce_controller_jobs_ended_total",
+            action="requeued",
+            code="drain_timeout_requeued",
+        )
+        == 1
+    )
     assert value(text, "xce_controller_to_return_hosts") == 1
     assert value(text, "xce_controller_to_return_oldest_age_seconds") >= 0
     joins = value(

@@ -120,7 +120,7 @@ def test_counters_move_through_the_decommission_story(sides: Sides) -> None:
     a1 = sides.agent_file()
     assert a1["xce_agent_controller_contact{}"] == 1 and a1["xce_agent_decommissioned{}"] == 0
     c1 = sides.controller()
-    assert c1["xce_controller_joins_total{how=provisioned,template=default}"] == 1
+    assert c1["xce_controller_joins_total{code=joined_provisioned,template=default}"] == 1
     assert c1["xce_controller_hosts{state=open,template=default}"] == 1
     served = values(sides.agent_port())
     assert 0 <= served["xce_agent_heartbeat_age_seconds{}"] < 5
@@ -144,14 +144,14 @@ def test_counters_move_through_the_decommission_story(sides: Sides) -> None:
     status = sides.status()
     assert "[refused_decommissioned]" in status and "[worker_stopped_decommissioned]" in status
     c2 = sides.controller()
-    assert c2["xce_controller_decommissions_total{outcome=drained,template=default}"] == 1
-    assert c2["xce_controller_drain_duration_seconds_count{outcome=drained,policy=requeue}"] == 1
+    assert c2["xce_controller_decommissions_total{code=drained,template=default}"] == 1
+    assert c2["xce_controller_drain_duration_seconds_count{code=drained,policy=requeue}"] == 1
     assert c2["xce_controller_to_return_hosts{}"] == 1
     assert c2["xce_controller_hosts{state=decommissioned,template=default}"] == 1
     # The agent's rejoin attempts after the decommission were refused and counted.
     wait_for(
         lambda: any(
-            k.startswith("xce_controller_refusals_total{") and "decommissioned" in k and v >= 1
+            k.startswith("xce_controller_refusals_total{code=refused_decommissioned,") and v >= 1
             for k, v in sides.controller().items()
         ),
         20,

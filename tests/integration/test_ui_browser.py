@@ -137,7 +137,7 @@ def test_status_page_signs_in_filters_and_follows_a_decommission(
     assert browser.current_url.endswith("/ui/login")  # no token, no page
     browser.find_element(By.ID, "token").send_keys("wrong")
     browser.find_element(By.ID, "signin").click()
-    assert "not the admin or read-only token" in browser.page_source
+    until(browser, lambda d: "not the admin or read-only token" in d.page_source)
     browser.find_element(By.ID, "token").send_keys("r3ad")
     browser.find_element(By.ID, "signin").click()
     until(browser, lambda d: d.current_url.endswith("/ui"))
@@ -147,6 +147,8 @@ def test_status_page_signs_in_filters_and_follows_a_decommission(
     assert sorted(rows(browser, "hosts")) == ["cpu1", "gpu1", "gpu2", "i-late"]
     returns = browser.find_element(By.ID, "to-return").text
     assert "i-late" in returns and "not joined by its deadline" in returns
+    assert "join_deadline_missed" in returns
+    assert "joined_provisioned" in browser.find_element(By.ID, "hosts").text
 
     Select(browser.find_element(By.ID, "f-template")).select_by_value("gpu")
     Select(browser.find_element(By.ID, "f-state")).select_by_value("open")
@@ -169,6 +171,7 @@ def test_status_page_signs_in_filters_and_follows_a_decommission(
     admin(ctl, "POST", "/v1/hosts/gpu1/decommission", {"reason": "scale in"})
     until(browser, lambda d: "draining" in d.find_element(By.ID, "host-state").text)
     until(browser, lambda d: "decommissioned" in d.find_element(By.ID, "host-state").text)
+    assert "drain_timeout_requeued" in browser.find_element(By.ID, "timeline").text
     story = browser.find_element(By.ID, "story").text
     assert "decommission requested by admin: scale in" in story
     assert "job 1 requeued" in story and "after the decommission request" in story
