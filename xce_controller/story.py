@@ -199,7 +199,7 @@ def story(host: dict[str, Any], events: list[Event], now: float) -> list[str]:
         words = report.get("agent_state") or "no state"
         teller.say(
             report["at"],
-            f"its agent was refused (decommissioned) and reported: {words}"
+            f"its agent was refused and reported: {words} [refused_decommissioned]"
             + teller.after("gone", report["at"]),
         )
     head = f"{name} is {host['state']}"

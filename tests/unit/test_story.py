@@ -51,7 +51,7 @@ def test_the_decommission_story_in_order_with_durations() -> None:
     assert "decommission requested by admin: scale in (policy requeue, drain timeout 1m00s)" in text
     assert "(1m00s after the decommission request)" in text
     assert (
-        "its agent was refused (decommissioned) and reported: decommissioned (4m00s after" in text
+        "its agent was refused and reported: decommissioned [refused_decommissioned] (4m00s" in text
     )
     assert "returned by provisioner: instance returned (9m00s after it left the cluster)" in text
     assert lines[-1].endswith("a_kind_from_the_future by controller: new")
