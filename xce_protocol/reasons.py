@@ -33,9 +33,12 @@ class Reason(str, enum.Enum):
     INSTANCE_RETURNED = "instance_returned"  # the provisioner gave the instance back
     # --- cloud notices ----------------------------------------------------------------------
     NOTICE_PREEMPTION = "notice_preemption"  # spot/preemptible reclaim announced
+    NOTICE_TERMINATION = "notice_termination"  # the instance goes away (retirement, ...)
     NOTICE_MAINTENANCE = "notice_maintenance"  # scheduled maintenance or reboot
     NOTICE_REBALANCE = "notice_rebalance"  # rebalance advice: closed to new work
     NOTICE_LAPSED = "notice_lapsed"  # the advice passed without an interruption: reopened
+    NOTICE_SHUTDOWN = "notice_shutdown"  # the host's operating system is going down
+    NOTICE_ENDED = "notice_ended"  # the provider withdrew the notice
     # --- jobs -------------------------------------------------------------------------------
     JOB_REQUEUED_HOST_LOST = "job_requeued_host_lost"
     JOB_REQUEUED_NOTICE = "job_requeued_notice"
