@@ -124,8 +124,8 @@ class EventHub:
 
     def _event(self, seq: int, fact: Fact, jobs: dict[int, str]) -> Event:
         d = fact.data
-        if fact.kind == "job_submitted":
-            return Event(seq, fact, "")  # about no host yet
+        if fact.kind in ("job_submitted", "job_waiting"):
+            return Event(seq, fact, "")  # about no host (yet, or any more)
         if fact.kind.startswith("job_") and "id" in d:
             job_id = int(d["id"])
             if fact.kind == "job_assigned":

@@ -80,6 +80,11 @@ class StateCollector:
             "Facts committed since the database was created.",
             value=ctl.cluster.version,
         )
+        yield GaugeMetricFamily(
+            "xce_controller_storage_available",
+            "0 while the database refuses writes (changes are refused), else 1.",
+            value=0 if ctl.storage_down else 1,
+        )
         yield CounterMetricFamily(
             "xce_controller_storage_errors",
             "Changes the database failed to store since start (none of them was made).",

@@ -267,3 +267,32 @@ def test_followers_that_hang_up_leave_nothing_behind(ctl: EmbeddedController) ->
     wait_for(lambda: not hub._waiters, 10)
     # and the stream still works for the next one
     assert events(ctl)[0]["kind"] == "expected"
+
+
+def test_storage_errors_are_counted_and_shown(ctl: EmbeddedController) -> None:
+    from xce_controller.store import StorageUnavailable
+
+    store = ctl.controller.store
+    real = store.commit
+
+    def full(*args: Any, **kw: Any) -> None:
+        raise StorageUnavailable("database or disk is full")
+
+    store.commit = full  # type: ignore[method-assign]
+    try:
+        r = requests.post(ctl.url + "/v1/jobs", json={"command": ["x"]}, headers=ADMIN, timeout=5)
+        assert r.status_code == 503 and r.json()["code"] == "refused_storage_unavailable"
+        text = scrape(ctl)
+        assert value(text, "xce_controller_storage_errors_total") == 1
+        assert value(text, "xce_controller_storage_available") == 0
+        refused = value(
+            text,
+            "xce_controller_refusals_total",
+            endpoint="/v1/jobs",
+            code="refused_storage_unavailable",
+        )
+        assert refused == 1
+    finally:
+        store.commit = real  # type: ignore[method-assign]
+    call(ctl, "POST", "/v1/jobs", {"command": ["x"]})  # stored again: the gauge says so
+    assert value(scrape(ctl), "xce_controller_storage_available") == 1
