@@ -3,6 +3,7 @@ controller (/metrics); every step moves the counters it should, and promtool acc
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -170,3 +171,41 @@ def test_counters_move_through_the_decommission_story(sides: Sides) -> None:
             [promtool, "check", "metrics"], input=text, capture_output=True, text=True
         )
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_events_follow_survives_a_controller_restart_without_gaps_or_repeats(
+    tmp_path: Path,
+) -> None:
+    ctl = ControllerProcess(tmp_path, CLUSTER).start()
+    out = open(tmp_path / "events.out", "w+")  # noqa: SIM115 - closed below
+    args = ["--url", ctl.url, "--token", "r3ad", "events", "--follow", "--json"]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "xce_controller.xcecli", *args],
+        stdout=out,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def seqs() -> list[int]:
+        lines = (tmp_path / "events.out").read_text().splitlines()
+        return [json.loads(line)["seq"] for line in lines if line.strip()]
+
+    def expect(instance: str) -> None:
+        body = {"instance_id": instance, "template": "default"}
+        r = requests.post(ctl.url + "/v1/expected", json=body, headers=ADMIN, timeout=10)
+        assert r.status_code == 201
+
+    try:
+        expect("i-a")
+        wait_for(lambda: seqs() == [1], 20)
+        ctl.kill()  # the stream breaks; xcecli reconnects from event 1
+        ctl.start()
+        expect("i-b")
+        expect("i-c")
+        wait_for(lambda: seqs() == [1, 2, 3], 30)
+    finally:
+        cli.terminate()
+        _, err = cli.communicate(timeout=10)
+        out.close()
+        ctl.stop()
+    assert "reconnecting" in err  # it said so, once per attempt, on stderr
