@@ -8,6 +8,7 @@ to the page's paths, so the page's event stream needs no header.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 from collections.abc import AsyncIterator
@@ -33,16 +34,25 @@ def allowed(ctl: Controller, token: str) -> bool:
     return bool(token) and any(hmac.compare_digest(token, t) for t in viewer_tokens(ctl))
 
 
-def presented(request: Request, authorization: Optional[str]) -> str:
-    """The token a request carries: its bearer header, else the status page's cookie."""
+def session_value(token: str) -> str:
+    """What the page's cookie holds: derived from the token, so a cookie that leaks is not a
+    bearer token for the API."""
+    return hashlib.sha256(b"xce-status-page\0" + token.encode()).hexdigest()
+
+
+def signed_in(ctl: Controller, request: Request, authorization: Optional[str]) -> bool:
+    """The request carries a viewer's bearer token, or the page's cookie for one."""
     if authorization and authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return request.cookies.get(COOKIE, "")
+        return allowed(ctl, authorization[7:].strip())
+    cookie = request.cookies.get(COOKIE, "")
+    return bool(cookie) and any(
+        hmac.compare_digest(cookie, session_value(t)) for t in viewer_tokens(ctl)
+    )
 
 
 def check_viewer(request: Request, authorization: Optional[str]) -> None:
     ctl: Controller = request.app.state.controller
-    if not allowed(ctl, presented(request, authorization)):
+    if not signed_in(ctl, request, authorization):
         raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
 
 

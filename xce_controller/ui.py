@@ -39,10 +39,7 @@ def view(ctl: Controller, host: Host) -> dict[str, Any]:
 
 
 def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
-    from xce_controller.observe_api import COOKIE, allowed, presented
-
-    def signed_in(request: Request, authorization: Optional[str]) -> bool:
-        return allowed(ctl, presented(request, authorization))
+    from xce_controller.observe_api import COOKIE, allowed, session_value, signed_in
 
     def html(text: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(text, status_code=status, headers=HEADERS)
@@ -69,7 +66,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         answer = RedirectResponse("/ui", status_code=303)
         answer.set_cookie(
             COOKIE,
-            token,
+            session_value(token),
             httponly=True,
             samesite="strict",
             path="/ui",
@@ -86,7 +83,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         part: str = Query("", max_length=8),
         authorization: Optional[str] = Header(None),
     ) -> Response:
-        if not signed_in(request, authorization):
+        if not signed_in(ctl, request, authorization):
             return RedirectResponse("/ui/login", status_code=303)
         now = ctl.clock()
         hosts = sorted(ctl.cluster.hosts.values(), key=lambda h: h.name or h.key)
@@ -106,7 +103,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         part: str = Query("", max_length=8),
         authorization: Optional[str] = Header(None),
     ) -> Response:
-        if not signed_in(request, authorization):
+        if not signed_in(ctl, request, authorization):
             return RedirectResponse("/ui/login", status_code=303)
         try:
             host = ctl.find_host(name)
@@ -127,7 +124,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         authorization: Optional[str] = Header(None),
         last_event_id: Optional[str] = Header(None),
     ) -> Response:
-        if not signed_in(request, authorization):
+        if not signed_in(ctl, request, authorization):
             raise lc.Refused("unauthorized", 401, "sign in at /ui/login")
         if last_event_id and last_event_id.isdigit():  # EventSource resuming after a drop
             since = max(since, int(last_event_id))

@@ -193,6 +193,11 @@ def test_status_page_and_its_stream_refuse_without_a_token(ctl: EmbeddedControll
     r = requests.get(ctl.url + "/ui", allow_redirects=False, timeout=5)
     assert r.status_code == 303 and r.headers["location"] == "/ui/login"
     assert requests.get(ctl.url + "/ui/events", timeout=5).status_code == 401
+    for wrong in ("wrong", "r3ad"):  # the cookie holds a value derived from it, not the token
+        r = requests.get(
+            ctl.url + "/ui", cookies={"xce_view": wrong}, allow_redirects=False, timeout=5
+        )
+        assert r.status_code == 303
     cookie = {"xce_view": "wrong"}
     assert (
         requests.get(
