@@ -2,8 +2,8 @@
 
 All read-only. They take the admin token, or the read-only token (`auth.read_token`) that
 a dashboard, a Prometheus scraper or an operator's browser can hold without being able to
-change anything. The browser gets the token once (a form) and keeps it in a cookie scoped
-to the page's paths, so the page's event stream needs no header.
+change anything. The browser gives the token once (a form) and keeps a value derived from it
+in a cookie scoped to the page's paths, so the page's event stream needs no header.
 """
 
 from __future__ import annotations
