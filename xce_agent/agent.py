@@ -44,7 +44,7 @@ from xce_agent.supervision.identity import ProcessIdentity, boot_id, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
-from xce_protocol.notices import Notice, NoticeKind
+from xce_protocol.notices import Notice, NoticeKind, NoticeState
 
 if TYPE_CHECKING:
     from xce_agent.link import ControllerLink
@@ -119,6 +119,7 @@ class Agent:
         self.notices = CloudNotices(config.cloud, relay, lambda n: self.post(ms.Noticed(n)))
         self._announcing = False  # telling the controller the system is going down
         self.metrics = AgentMetrics(config.metrics)
+        self.metrics.watching_notices = config.cloud.provider != "none"
         self._since: dict[str, float] = {}
         self._held: single_agent.Held | None = None
         self._control: ControlServer | None = None
@@ -327,6 +328,10 @@ class Agent:
     def handle(self, event: ms.Event) -> None:
         if isinstance(event, ms.ContactOk):  # a heartbeat the controller accepted
             self.metrics.heartbeat_accepted(time.time())
+            self._update_metrics()
+        if isinstance(event, ms.Noticed):
+            active = event.notice.state is NoticeState.ACTIVE
+            self.metrics.notice(event.notice.event_id, active)
             self._update_metrics()
         before = self.state.membership
         after, actions = ms.step(before, event, time.time())

@@ -28,6 +28,8 @@ class AgentMetrics:
                 log.error("metrics port %s:%d not served: %s", host, port, exc.strerror)
         self.tally = Tally()
         self.last: Sample | None = None
+        self.watching_notices = False  # set by the agent when a provider watcher runs
+        self._notices: set[str] = set()  # provider events announced and not ended
 
     @property
     def enabled(self) -> bool:
@@ -41,6 +43,12 @@ class AgentMetrics:
         if self.port is not None:
             self.port.stop()
 
+    def notice(self, event_id: str, active: bool) -> None:
+        if active:
+            self._notices.add(event_id)
+        else:
+            self._notices.discard(event_id)
+
     def heartbeat_accepted(self, now: float) -> None:
         self.tally = replace(self.tally, last_heartbeat=now)
 
@@ -50,13 +58,13 @@ class AgentMetrics:
         exits: Mapping[str, ExitInfo | None],
         contact: bool,
         decommissioned: bool,
-        notice_pending: bool | None = None,
     ) -> None:
         if not self.enabled:
             return
         phases = {c.name: c.phase for c in state.components}
         self.tally = self.tally.observe(contact, phases)
-        self.last = sample(state, self.tally, exits, contact, decommissioned, notice_pending)
+        pending = bool(self._notices) if self.watching_notices else None
+        self.last = sample(state, self.tally, exits, contact, decommissioned, pending)
         if self.file is not None:
             self.file.update(self.last)
         if self.port is not None:

@@ -146,13 +146,19 @@ def _job(verb: str) -> Callable[[_Teller, Event], None]:
 
 def _notice(t: _Teller, e: Event) -> None:
     notice = e["data"].get("notice")
+    code = f" [{e['code']}]" if e.get("code") else ""
     if not notice:
-        t.say(e["at"], "the cloud notice was cleared")
+        t.say(e["at"], f"the cloud notice is over{_by(e)}{code}")
         return
-    kind = notice.get("kind", "notice")
-    when = notice.get("not_before") or notice.get("at")
-    lead = f", effective in {duration(when - e['at'])}" if isinstance(when, (int, float)) else ""
-    t.say(e["at"], f"cloud notice: {kind}{lead}{_by(e)}")
+    when = notice.get("deadline")
+    lead = (
+        f", the platform acts in {duration(when - e['at'])}"
+        if isinstance(when, (int, float))
+        else ""
+    )
+    acted = " (acted on: its jobs requeued)" if notice.get("acted") else ""
+    provider = f" from {notice['provider']}" if notice.get("provider") else ""
+    t.say(e["at"], f"cloud notice: {notice.get('kind', 'notice')}{provider}{lead}{acted}{code}")
 
 
 _KINDS: dict[str, Callable[[_Teller, Event], None]] = {

@@ -195,3 +195,21 @@ def test_the_port_serves_the_latest_sample_with_the_heartbeat_age(tmp_path: Path
             urllib.request.urlopen(url + "/other", timeout=5)
     finally:
         metrics.stop()
+
+
+def test_notice_pending_while_a_provider_event_is_active(tmp_path: Path) -> None:
+    from xce_agent.metrics_agent import AgentMetrics
+
+    metrics = AgentMetrics(MetricsConfig(tmp_path / "a.prom"))
+    metrics.update(state(), {}, contact=True, decommissioned=False)
+    assert "notice_pending" not in (tmp_path / "a.prom").read_text()  # no watcher: no claim
+    metrics.watching_notices = True
+    for event, active, pending in [
+        ("e1", True, 1),
+        ("e2", True, 1),
+        ("e1", False, 1),
+        ("e2", False, 0),
+    ]:
+        metrics.notice(event, active)
+        metrics.update(state(), {}, contact=True, decommissioned=False)
+        assert f"xce_agent_notice_pending {pending}" in (tmp_path / "a.prom").read_text()
