@@ -26,13 +26,15 @@ import requests
 from bench.loadgen import Fleet, Samples, window_p99, worst_window
 from bench.stats import percentile, table
 
-CONFIG = """\
+JOIN_TOKEN = "bench-join-token-0123456789"  # noqa: S105 - a throwaway cluster's
+CONFIG = f"""\
 version: 1
 heartbeat_interval: 10s
 host_loss_grace: 300s
 unmatched_joins: accept
+auth: {{join_token: {JOIN_TOKEN}}}
 templates:
-  default: {slots: 4}
+  default: {{slots: 4}}
 """
 
 
@@ -129,7 +131,7 @@ def run(hosts: int = 10_000, seconds: float = 30.0, interval: float = 10.0) -> s
 async def _measure(
     pid: int, port: int, half: int, hosts: int, watched: int, interval: float, seconds: float
 ) -> Result:
-    fleet = Fleet("127.0.0.1", port)
+    fleet = Fleet("127.0.0.1", port, JOIN_TOKEN)
     began = time.perf_counter()
     finished = await fleet.join_all(0, half)
     finished += await fleet.join_all(half, hosts)

@@ -89,15 +89,20 @@ def one_run(
     run_dir = workdir / host
     run_dir.mkdir()
     stamp = run_dir / "sigterm"
-    requests.post(
+    token = requests.post(
         f"{url}/v1/expected",
         headers=admin,
-        json={"instance_id": instance, "template": "default", "expected_name": host},
+        json={
+            "instance_id": instance,
+            "template": "default",
+            "expected_name": host,
+            "mint_join_token": True,
+        },
         timeout=10,
-    )
+    ).json()["join_token"]
     config = run_dir / "agent.yaml"
     config.write_text(
-        f"version: 1\ncontroller: {{url: '{url}'}}\n"
+        f"version: 1\ncontroller: {{url: '{url}', token: '{token}'}}\n"
         f"instance: {{id: {instance}, host_name: {host}}}\n"
         "roles:\n  worker:\n    components:\n      worker:\n"
         f"        command: ['{sys.executable}', '{workdir / 'worker.py'}', '{stamp}']\n"

@@ -25,13 +25,16 @@ class Conn:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    async def request(
+        self, method: str, path: str, body: Any = None, bearer: str = ""
+    ) -> tuple[int, Any]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
         data = b"" if body is None else json.dumps(body).encode()
+        auth = f"Authorization: Bearer {bearer}\r\n" if bearer else ""
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n{auth}"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
         )
         self.writer.write(head.encode() + data)
@@ -62,8 +65,10 @@ class Samples:
 
 
 class Fleet:
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, join_token: str = "") -> None:
         self.host, self.port = host, port
+        self.join_token = join_token
+        self.credentials: dict[int, str] = {}  # host index -> the credential its join issued
         self.beats: dict[int, Conn] = {}
         self.watches: dict[int, Conn] = {}
         self.versions: dict[int, int] = {}
@@ -82,10 +87,11 @@ class Fleet:
             for i in queue:
                 conn = self.beats.setdefault(i, Conn(self.host, self.port))
                 body = {"host": self.name(i), "instance_id": f"i-load-{i}"}
-                status, answer = await conn.request("POST", "/v1/join", body)
+                status, answer = await conn.request("POST", "/v1/join", body, self.join_token)
                 if status != 200:
                     raise SystemExit(f"bench: join {i} answered {status}: {answer}")
                 self.versions[i] = int(answer["version"])
+                self.credentials[i] = str(answer.get("credential", ""))
                 done.append(time.perf_counter())
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -126,7 +132,7 @@ class Fleet:
             path = f"/v1/hosts/{self.name(i)}/watch?since={since}&timeout={timeout:.3f}"
             timeout = 30
             try:
-                status, answer = await conn.request("GET", path)
+                status, answer = await conn.request("GET", path, None, self.credentials[i])
             except (OSError, asyncio.IncompleteReadError):
                 return
             if status == 200:
@@ -162,7 +168,10 @@ class Fleet:
                 sent = time.perf_counter()
                 try:
                     status, _ = await conn.request(
-                        "POST", f"/v1/hosts/{self.name(i)}/heartbeat", body
+                        "POST",
+                        f"/v1/hosts/{self.name(i)}/heartbeat",
+                        body,
+                        self.credentials.get(i, ""),
                     )
                 except (OSError, asyncio.IncompleteReadError):
                     status = 0

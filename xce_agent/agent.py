@@ -24,6 +24,7 @@ from xce_agent.cloud_notices import CloudNotices
 from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, ControlServer
+from xce_agent.credential import CredentialStore
 from xce_agent.handoff import Handoff, HandoffRunner, reader_of
 from xce_agent.metrics_agent import AgentMetrics
 from xce_agent.notice_relay import NoticeRelay
@@ -81,11 +82,16 @@ class Agent:
         self._shutting_down = shutting_down
         workers = [c for c in config.components if c.role in ms.JOIN_FIRST_ROLES]
         ctl = config.controller
+        # The host credential from the last join, if it was issued to this very host; the
+        # worker gets its own credential from it, never the join token.
+        self.credentials = CredentialStore(config.state_directory)
+        me = host_name(config)
+        self.stored = self.credentials.load(me, config.instance.id, ctl.url) if ctl else None
         self.handoff = Handoff(
             config.state_directory,
             reader_of(workers),
             ctl.url if ctl else "",
-            ctl.token if ctl else None,
+            self.stored.worker_secret or None if self.stored else None,
         )
         if runner is None:
             self.containment = containment or cgroups.detect()
@@ -354,6 +360,9 @@ class Agent:
     def prepare_role(self, role: str) -> bool:
         """Hand a worker-role component its template before it starts; False if there is none."""
         if role in ms.JOIN_FIRST_ROLES and self.config.controller is not None:
+            cred = self.link.client.credential if self.link is not None else None
+            if cred is not None:
+                self.handoff.set_credential(cred.worker_secret or None)
             env = self.handoff.env(self.host, self.config.instance.id)
             if env is None:
                 log.error("no template from the controller: not starting %s", role)
@@ -418,7 +427,17 @@ class Agent:
 
             me = Identity(self.host, self.config.instance.id)
             client = ControllerClient(self.config.controller, me)
-            self.link = ControllerLink(client, self.post, self.reports.join, self.reports.heartbeat)
+            # Resume with the stored credential only while the template of its join is here
+            # (a resumed host gets no template); else join afresh.
+            if self.handoff.env(self.host, self.config.instance.id) is not None:
+                client.credential = self.stored
+            self.link = ControllerLink(
+                client,
+                self.post,
+                self.reports.join,
+                self.reports.heartbeat,
+                credentials=self.credentials,
+            )
         return self.link
 
     def _log_standing(self, before: ms.MembershipState, after: ms.MembershipState) -> None:

@@ -114,7 +114,9 @@ def status(config_file: str | None, state_dir: Path | None, as_json: bool) -> No
         data["stale"] = not live
         click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
-        click.echo(render_status(state, time.time(), live))
+        from xce_agent.credential import CredentialStore
+
+        click.echo(render_status(state, time.time(), live, CredentialStore(directory).peek()))
 
 
 @main.command()
@@ -237,6 +239,11 @@ def demo() -> None:
     type=click.Choice(("auto", "aws", "gce", "azure", "none")),
     help="Whose interruption notices to watch (auto: the cloud cloud-init names).",
 )
+@click.option(
+    "--plain-http",
+    is_flag=True,
+    help="Allow an http:// controller URL beyond loopback (join token and credential in clear).",
+)
 def render_user_data(
     controller_url: str,
     template: str,
@@ -248,6 +255,7 @@ def render_user_data(
     worker_command: str,
     worker_user: str,
     cloud_notices: str,
+    plain_http: bool,
 ) -> None:
     """Print cloud-init user-data that installs the config and starts the agent."""
     import shlex
@@ -258,6 +266,15 @@ def render_user_data(
         click.echo(
             f"xce-agent: --controller-url: expected an http:// or https:// URL, got "
             f"{controller_url!r}",
+            err=True,
+        )
+        sys.exit(2)
+    from xce_agent.config import loopback_url
+
+    if controller_url.startswith("http://") and not plain_http and not loopback_url(controller_url):
+        click.echo(
+            f"xce-agent: --controller-url: expected an https:// URL (http:// only to loopback, "
+            f"or with --plain-http), got {controller_url!r}",
             err=True,
         )
         sys.exit(2)
@@ -272,5 +289,6 @@ def render_user_data(
         worker_command=tuple(shlex.split(worker_command)),
         worker_user=worker_user,
         cloud_provider=cloud_notices,
+        plain_http=plain_http,
     )
     click.echo(render(data), nl=False)

@@ -6,9 +6,11 @@ ConfigError with one line per problem. Nothing here falls back to a default for 
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from xce_agent.errors import ConfigError
 from xce_agent.metrics_config import MetricsConfig, parse_metrics
 from xce_agent.notice_relay import with_notice_file
 from xce_agent.supervision.spec import ComponentSpec
+from xce_protocol import names
 from xce_protocol.roles import KNOWN_ROLES
 from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict, SourceError, load_file, read_regular_file
@@ -29,7 +32,7 @@ CONFIG_VERSION = 1
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")
+_HOST = re.compile(names.HOST_NAME)  # what the controller takes as a host name
 _URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 
 
@@ -140,8 +143,14 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
     if node is None:
         return None
     p = "controller"
-    c.allowed_keys(node, p, ("url", "ca_file", "token", "token_file", "timeout", "max_retry_delay"))
+    c.allowed_keys(
+        node,
+        p,
+        ("url", "ca_file", "token", "token_file", "timeout", "max_retry_delay", "plain_http"),
+    )
     url = c.string(node, "url", p, pattern=_URL, expected="an http:// or https:// URL")
+    if url is not None and not _transport_ok(url, node, c):
+        url = None
     ca_file = _existing_file(node, "ca_file", p, c)
     token = c.string(node, "token", p, required=False)
     token_file = _existing_file(node, "token_file", p, c)
@@ -159,6 +168,36 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
     if url is None or timeout is None or retry is None:
         return None
     return ControllerConfig(url.rstrip("/"), ca_file, token, token_file, timeout, retry)
+
+
+def _transport_ok(url: str, node: LineDict, c: Checker) -> bool:
+    """Join tokens and host credentials travel in the clear over http: only to loopback,
+    or when the config says so with `plain_http: true` (a private network, a test rig)."""
+    plain = node.get("plain_http", False)
+    if not isinstance(plain, bool):
+        c.report(
+            "controller.plain_http", "true or false", describe(plain), c.line_of(node, "plain_http")
+        )
+        return False
+    if url.startswith("https://") or plain or loopback_url(url):
+        return True
+    c.report(
+        "controller.url",
+        "an https:// URL (http:// only to loopback, or with plain_http: true)",
+        describe(url),
+        c.line_of(node, "url"),
+    )
+    return False
+
+
+def loopback_url(url: str) -> bool:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _existing_file(node: LineDict, key: str, path: str, c: Checker) -> Path | None:

@@ -1,8 +1,8 @@
 """HTTP to the controller: bounded requests, every failure turned into a protocol Answer.
 
-Credentials come from one seam, `auth_headers`, called for every request: today it sends the
-configured join token; a per-host credential only has to replace that callable (and answer
-"credential unknown" by falling back to the join token).
+Joins carry the join token (`auth_headers`, the configured one) or, without one, the host
+credential; every other call carries the host credential the last join issued (`credential`,
+set by the link), never the join token.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 from xce_agent import __version__
 from xce_agent.bounded_http import HttpFailure, Inflight, Target, request
 from xce_agent.config import ControllerConfig
+from xce_agent.credential import HostCredential
 from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, classify
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class ControllerClient:
         self.me = me
         self.target = Target.from_url(config.url)
         self.auth_headers = auth_headers or token_headers(config.token)
+        self.credential: HostCredential | None = None
         self.tls: ssl.SSLContext | None = None
         if self.target.tls:
             cafile = str(config.ca_file) if config.ca_file else None
@@ -49,8 +51,19 @@ class ControllerClient:
             "Accept": "application/json",
         }
 
-    def _call(self, method: str, path: str, budget: float, payload: Any = None) -> Answer:
-        headers = {**self._headers, **self.auth_headers()}
+    def _host_headers(self) -> Mapping[str, str]:
+        cred = self.credential
+        return {"Authorization": f"Bearer {cred.secret}"} if cred is not None else {}
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        budget: float,
+        payload: Any = None,
+        auth: Mapping[str, str] | None = None,
+    ) -> Answer:
+        headers = {**self._headers, **(self._host_headers() if auth is None else auth)}
         body = None
         if payload is not None:
             body = json.dumps(payload).encode()
@@ -67,7 +80,8 @@ class ControllerClient:
         return classify(reply.status, reply.body, self.me, reply.retry_after)
 
     def join(self, payload: dict[str, Any]) -> Answer:
-        return self._call("POST", "/v1/join", self.config.timeout, payload)
+        auth = self.auth_headers() or self._host_headers()
+        return self._call("POST", "/v1/join", self.config.timeout, payload, auth)
 
     def heartbeat(self, payload: dict[str, Any], timeout: float | None = None) -> Answer:
         path = f"/v1/hosts/{self.me.host}/heartbeat"

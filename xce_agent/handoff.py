@@ -125,6 +125,13 @@ class Handoff:
             self._credential_fd = fd
         return self._credential_fd
 
+    def set_credential(self, credential: str | None) -> None:
+        """A join issued the worker a new credential: the next worker start gets it."""
+        if credential == self.credential:
+            return
+        self.close()
+        self.credential = credential
+
     def fds(self) -> tuple[int, ...]:
         fd = self.credential_fd()
         return () if fd is None else (fd,)

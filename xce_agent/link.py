@@ -1,8 +1,9 @@
 """The agent's link to the controller: join with backoff, heartbeat, and the watch long-poll.
 
 Two long-lived threads, so a slow controller never blocks supervision: the membership loop
-(join, then heartbeats; join again after `404 unknown_host`) and the watch loop (one
-long-poll at a time while joined, never more than one per host). The link decides nothing
+(join, or resume with the stored host credential, then heartbeats; join again after `401
+unknown_credential` or `404 unknown_host`) and the watch loop (one long-poll at a time while
+joined, never more than one per host). The link decides nothing
 about the worker: every result becomes a membership event handed to the event loop through
 `post`, where the agent steps its membership machine.
 
@@ -26,7 +27,8 @@ from typing import Any, Protocol
 
 from xce_agent import membership as ms
 from xce_agent.config import ControllerConfig
-from xce_protocol.protocol import Answer, Outcome, template_of
+from xce_agent.credential import CredentialStore, HostCredential, from_answer
+from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, template_of
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,8 @@ SLACK = 10.0  # a cycle may overrun its own bound by this before the watchdog ac
 
 class Client(Protocol):
     config: ControllerConfig
+    me: Identity
+    credential: HostCredential | None
 
     def join(self, payload: dict[str, Any]) -> Answer: ...
     def heartbeat(self, payload: dict[str, Any], timeout: float | None = None) -> Answer: ...
@@ -86,8 +90,10 @@ class ControllerLink:
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.client = client
+        self.credentials = credentials  # where a credential the controller issues is kept
         self.post = post
         self.join_payload = join_payload
         self.heartbeat_payload = heartbeat_payload
@@ -226,8 +232,11 @@ class ControllerLink:
     # --- membership loop: join, then heartbeat until told to join again ---------------
     def _membership_loop(self, generation: int) -> None:
         loop = self._loops["membership"]
+        resumed = self._resume(loop, generation) if self.client.credential is not None else False
+        if resumed is None:
+            return
         attempt = 0
-        while self._current(loop, generation):
+        while not resumed and self._current(loop, generation):
             self._arm(loop)
             answer = self._join()
             self.cycles["membership"] += 1
@@ -255,14 +264,74 @@ class ControllerLink:
     def _arm(self, loop: _Loop) -> None:
         loop.due = self.clock() + self._bound(0.0)
 
+    def _resume(self, loop: _Loop, generation: int) -> bool | None:
+        """Carry on with the stored credential (an agent restart, a reboot): True once the
+        controller takes it, False when it does not know it (join), None: stop.
+
+        The heartbeat asks for a renewal: the controller issues the next incarnation's
+        credential, so a copy of this state directory elsewhere (an image, a clone) is stale
+        from the moment this host presents the new one."""
+        attempt = 0
+        while self._current(loop, generation):
+            self._arm(loop)
+            answer = self.client.heartbeat({**self.heartbeat_payload(), "renew": True})
+            self.cycles["membership"] += 1
+            if self._final(answer):
+                return None
+            if answer.outcome is Outcome.ACCEPTED:
+                self._keep(answer.body)
+                self._accept_intervals(answer.body)
+                version = answer.body.get("version")
+                self.version = version if isinstance(version, int) and version >= 0 else 0
+                self.joined.set()
+                host, state = str(answer.body.get("host", "")), str(answer.body.get("state", ""))
+                self.post(ms.Resumed(host, state))
+                return True
+            if _unknown(answer):
+                self._forget()
+                return False
+            self._report(answer, "host credential")
+            self._wait(loop, retry_delay(attempt, self.rand(), self._cap(), answer.retry_after))
+            attempt += 1
+        return None
+
+    def _keep(self, body: dict[str, Any]) -> bool:
+        """Store the credential an answer issued; False when it carries none."""
+        me = self.client.me
+        previous = self.client.credential
+        cred = from_answer(body, me.host, me.instance_id, self.client.config.url, previous)
+        if cred is None:
+            return False
+        if self.credentials is not None:
+            try:
+                self.credentials.save(cred)
+            except OSError as exc:  # kept in memory: this run goes on, a restart joins again
+                log.error("cannot save the host credential: %s", exc.strerror)
+        self.client.credential = cred
+        return True
+
+    def _forget(self) -> None:
+        log.warning("controller does not know this host's credential: joining again")
+        self.client.credential = None
+        self.joined.clear()
+        if self.credentials is not None:
+            self.credentials.clear()
+
     def _join(self) -> Answer | None:
         """One join; None once joined, else the answer that was not an acceptance."""
         answer = self.client.join(self.join_payload())
         if answer.outcome is Outcome.ACCEPTED and template_of(answer.body) is None:
             answer = Answer(Outcome.RETRY, "join answer without a usable template")
+        if answer.outcome is Outcome.ACCEPTED and not self._keep(answer.body):
+            answer = Answer(
+                Outcome.RETRY,
+                f"controller (protocol {answer.body.get('protocol')}) issues no host "
+                f"credential: this agent needs protocol {PROTOCOL} or later",
+            )
         if answer.outcome is not Outcome.ACCEPTED:
             if answer.outcome is not Outcome.DECOMMISSIONED:
-                self._report(answer)
+                which = "join token" if self.client.config.token else "join"
+                self._report(answer, which)
             return answer
         self._accept_intervals(answer.body)
         version = answer.body.get("version")
@@ -278,9 +347,8 @@ class ControllerLink:
         answer = self.client.heartbeat(self.heartbeat_payload())
         if self._final(answer):
             return False
-        if answer.outcome is Outcome.REFUSED and "unknown_host" in answer.detail:
-            log.warning("controller no longer knows this host: joining again")
-            self.joined.clear()
+        if _unknown(answer):
+            self._forget()
             return True
         if answer.outcome is Outcome.ACCEPTED:
             self._accept_intervals(answer.body)
@@ -288,7 +356,7 @@ class ControllerLink:
             if confirming:
                 self._confirming = False
                 self.post(ms.ConfirmedActive())
-        self._report(answer)
+        self._report(answer, "host credential")
         if answer.outcome is not Outcome.ACCEPTED and answer.retry_after is not None:
             self._wait(self._loops["membership"], min(answer.retry_after, RETRY_AFTER_MAX))
         return False
@@ -372,7 +440,9 @@ class ControllerLink:
             return True
         return self.stopped.is_set()
 
-    def _report(self, answer: Answer) -> None:
+    def _report(self, answer: Answer, which: str = "") -> None:
+        if answer.outcome is Outcome.REFUSED and which:  # say which credential failed
+            answer = Answer(answer.outcome, f"{which} refused: {answer.detail}", answer.body)
         until = None
         if answer.retry_after is not None and answer.outcome is not Outcome.ACCEPTED:
             until = self.wall() + min(answer.retry_after, RETRY_AFTER_MAX)
@@ -384,3 +454,12 @@ class ControllerLink:
         else:
             log.debug("controller contact failed: %s", answer.detail)
             self.post(ms.ContactLost(answer.detail, until))
+
+
+def _unknown(answer: Answer) -> bool:
+    """The controller does not know this host or its credential: only a new join helps."""
+    if answer.outcome is not Outcome.REFUSED:
+        return False
+    kinds = ("unknown_credential", "unknown_host")
+    kind = answer.body.get("error")
+    return kind in kinds if kind is not None else any(k in answer.detail for k in kinds)

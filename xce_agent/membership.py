@@ -79,6 +79,15 @@ class Joined:
 
 
 @dataclass(frozen=True)
+class Resumed:
+    """The controller took the stored host credential: the same host, no join (the template
+    from the last join is still on disk)."""
+
+    host: str
+    host_state: str
+
+
+@dataclass(frozen=True)
 class ContactOk:
     detail: str = ""
 
@@ -151,6 +160,7 @@ class ShutdownAnnounced:
 Event = Union[
     Boot,
     Joined,
+    Resumed,
     ContactOk,
     ContactLost,
     Refused,
@@ -271,6 +281,11 @@ def step(state: MembershipState, event: Event, now: float) -> Step:
         actions = (WriteTemplate(event.template_doc),)
         starts = tuple(StartRole(r, "joined the controller") for r in JOIN_FIRST_ROLES)
         return replace(joined, host=event.host), actions + starts
+    if isinstance(event, Resumed):
+        detail = f"resumed as {event.host} ({event.host_state})"
+        resumed = _stand(state, Standing.CONNECTED, now, detail)
+        starts = tuple(StartRole(r, "resumed with the stored credential") for r in JOIN_FIRST_ROLES)
+        return replace(resumed, host=event.host), starts
     if isinstance(event, ContactOk):
         return _stand(state, Standing.CONNECTED, now, event.detail and f"host {event.detail}"), ()
     if isinstance(event, ContactLost):

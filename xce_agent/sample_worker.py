@@ -1,6 +1,7 @@
 """`xce-agent sample-worker`: a stand-in for XCE's worker daemon, for demos and tests.
 
-It joins the controller as a worker does, runs the jobs dispatched to its host as child
+It checks in with the controller as a worker does (a watch with the worker credential the
+agent's join obtained), runs the jobs dispatched to its host as child
 processes (never more than the template's slots), reports their start and end, and exits
 with DECOMMISSIONED_EXIT when its (re)join is refused because the host was decommissioned.
 It reads what the agent handed it: XCE_TEMPLATE_FILE, XCE_HOST_NAME, XCE_INSTANCE_ID,
@@ -32,6 +33,7 @@ from xce_agent.bounded_http import MAX_BODY, parse_json
 from xce_protocol.protocol import Identity, Outcome, classify
 
 DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
+CREDENTIAL_EXIT = 75  # EX_TEMPFAIL: the credential is not this host's any more; restart me
 JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
 MIN_WATCH_GAP = 0.5  # between the starts of two watches, however fast (or badly) answered
 NOT_STARTED_EXIT = 127  # a job whose command cannot be run, as a shell reports it
@@ -102,23 +104,34 @@ class SampleWorker:
         return self._request("POST", path, json=body, timeout=10)
 
     def join(self) -> bool:
-        """True when joined; exits DECOMMISSIONED_EXIT when refused as decommissioned."""
-        status, answer = self._post(
-            "/v1/join", {"host": self.host, "instance_id": self.instance, "roles": ["worker"]}
+        """Check in (a watch that returns at once; the agent did the join): True when the
+        controller takes this host; exits DECOMMISSIONED_EXIT when refused as decommissioned,
+        CREDENTIAL_EXIT when the controller does not know its credential any more."""
+        params: dict[str, str | int | float] = {
+            "since": 0,
+            "timeout": 0,
+            "instance_id": self.instance,
+        }
+        status, answer = self._request(
+            "GET", f"/v1/hosts/{self.host}/watch", params=params, timeout=15
         )
         self._check_refusal(status, answer)
         if status != 200:
-            log.warning("join refused: HTTP %d %s", status, str(answer)[:200])
+            log.warning("check-in refused: HTTP %d %s", status, str(answer)[:200])
             return False
         try:
             self.version = int(answer.get("version", 0))
         except (ValueError, TypeError, AttributeError, OverflowError):
-            log.warning("ignoring a malformed join answer")
+            log.warning("ignoring a malformed check-in answer")
             return False
-        log.info("joined as %s with %d slots", self.host, self.slots)
+        log.info("checked in as %s with %d slots", self.host, self.slots)
         return True
 
     def _check_refusal(self, status: int, body: Any) -> None:
+        if status == 401 and isinstance(body, dict) and body.get("error") == "unknown_credential":
+            log.warning("credential refused: the agent joined again; exiting for a restart")
+            self.kill_all()
+            sys.exit(CREDENTIAL_EXIT)
         if status != 410:
             return
         answer = classify(status, body, Identity(self.host, self.instance))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from xce_agent.credential import HostCredential
 from xce_agent.membership import standing_code
 from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.status_line import status_line
@@ -62,7 +63,9 @@ def _phase(comp: ComponentRecord, live: bool) -> str:
     return "gone"
 
 
-def render_status(state: AgentState, now: float, live: bool = True) -> str:
+def render_status(
+    state: AgentState, now: float, live: bool = True, cred: HostCredential | None = None
+) -> str:
     lines = [status_line(state), ""]
     if not live:
         lines[0] = "STALE: the agent is not running; this is its last saved state"
@@ -84,6 +87,11 @@ def render_status(state: AgentState, now: float, live: bool = True) -> str:
     lines.append(
         f"controller:  {member.standing.value} since {_ago(member.since, now)}{detail}{tag}"
     )
+    if cred is not None:  # which credential the agent holds (never the secret itself)
+        lines.append(
+            f"credential:  host credential of incarnation {cred.incarnation} for "
+            f"{cred.host}/{cred.instance_id or '-'}"
+        )
     if member.retry_until and member.retry_until > now:
         lines.append(f"retry-after: waiting until {_ago(member.retry_until, now)}")
     if member.link_warning:

@@ -27,6 +27,7 @@ class UserData:
     worker_user: str = ""
     decommission_exit_codes: tuple[int, ...] = (100,)
     cloud_provider: str = "auto"  # whose notices the agent watches; none: no cloud section
+    plain_http: bool = False  # http:// beyond loopback: tokens in the clear, said so
 
 
 def agent_config(data: UserData) -> dict[str, object]:
@@ -35,6 +36,8 @@ def agent_config(data: UserData) -> dict[str, object]:
         controller["ca_file"] = CA_PATH
     if data.token:
         controller["token_file"] = TOKEN_PATH
+    if data.plain_http:
+        controller["plain_http"] = True
     instance: dict[str, object] = {"id": data.instance_id, "template": data.template}
     if data.provider:
         instance["provider"] = data.provider

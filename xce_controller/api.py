@@ -7,21 +7,24 @@ import hmac
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Optional
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from xce_controller import credentials, notices, observe_api
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
-from xce_controller import notices, observe_api
 from xce_controller.codec import host_to_json, job_to_json
+from xce_controller.limits import BodyLimit
 from xce_controller.model import TERMINAL, Host, Job
 from xce_controller.schemas import (
     ControlBody,
     DecommissionBody,
     ErrorBody,
+    ExpectAnswer,
     ExpectBody,
     HeartbeatBody,
     HostAnswer,
@@ -42,32 +45,93 @@ from xce_protocol.notices import BadNotice, notice_from_wire
 from xce_protocol.reasons import Reason, refusal
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 422, 503)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 413, 422, 503)
 }
 
+# Who may call what: each operation names the bearer it takes, so the OpenAPI document says
+# it and the authorization-matrix test (tests/integration/test_authorization.py) checks it.
+ADMIN = HTTPBearer(
+    auto_error=False,
+    scheme_name="AdminToken",
+    description="auth.admin_token: admin calls and the provisioner's",
+)
+PROVISIONER = HTTPBearer(
+    auto_error=False,
+    scheme_name="ProvisionerToken",
+    description="auth.provisioner_token: expect, expected, to-return, ack",
+)
+JOIN = HTTPBearer(
+    auto_error=False,
+    scheme_name="JoinToken",
+    description="a per-instance join token (single use, expires at the join deadline) or "
+    "auth.join_token: joins only",
+)
+HOST = HTTPBearer(
+    auto_error=False,
+    scheme_name="HostCredential",
+    description="the credential the join answer issued (renewed when the agent starts): "
+    "this host's calls only",
+)
+WORKER = HTTPBearer(
+    auto_error=False,
+    scheme_name="WorkerCredential",
+    description="the worker credential the join answer issued: this host's watch and job "
+    "reports only",
+)
+Bearer = Optional[HTTPAuthorizationCredentials]
 
-def _bearer(authorization: Optional[str]) -> str:
-    if authorization and authorization.lower().startswith("bearer "):
-        return authorization[7:].strip()
-    return ""
+
+def _token(creds: Bearer) -> str:
+    return creds.credentials.strip() if creds is not None else ""
 
 
-def _admin(request: Request, authorization: Annotated[Optional[str], Header()] = None) -> str:
+def _same(token: str, secret: str) -> bool:
+    return bool(token) and bool(secret) and hmac.compare_digest(token.encode(), secret.encode())
+
+
+def _admin(request: Request, creds: Annotated[Bearer, Depends(ADMIN)]) -> str:
     cfg = request.app.state.controller.cfg
-    presented = _bearer(authorization)
-    if hmac.compare_digest(presented, cfg.admin_token):
+    token = _token(creds)
+    if _same(token, cfg.admin_token):
         return "admin"
-    # The read-only token reads (a dashboard, `xcecli why`) and changes nothing.
-    if (
-        request.method == "GET"
-        and cfg.read_token
-        and hmac.compare_digest(presented, cfg.read_token)
-    ):
+    if _reads(request, token):
         return "reader"
+    if _same(token, cfg.provisioner_token):
+        raise lc.Refused("forbidden", 403, "the provisioner token cannot make admin calls")
     raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
 
 
+def _reads(request: Request, token: str) -> bool:
+    """The read-only token reads (a dashboard, `xcecli why`) and changes nothing: on any
+    other method it is no token at all."""
+    cfg = request.app.state.controller.cfg
+    return request.method == "GET" and _same(token, cfg.read_token)
+
+
+def _provisioner(
+    request: Request,
+    creds: Annotated[Bearer, Depends(PROVISIONER)],
+    admin: Annotated[Bearer, Depends(ADMIN)],
+) -> str:
+    cfg = request.app.state.controller.cfg
+    token = _token(creds)
+    if _same(token, cfg.provisioner_token):
+        return "provisioner"
+    if _same(token, cfg.admin_token):
+        return "admin"
+    if _reads(request, token):
+        return "reader"
+    raise lc.Refused("unauthorized", 401, "provisioner or admin token missing or wrong")
+
+
 Admin = Annotated[str, Depends(_admin)]
+Provisioner = Annotated[str, Depends(_provisioner)]
+HostBearer = Annotated[Bearer, Depends(HOST)]
+WorkerBearer = Annotated[Bearer, Depends(WORKER)]
+
+
+def _peer(request: Request) -> str:
+    return request.client.host if request.client else ""
 
 
 def _allowed(app: FastAPI, path: str) -> list[str]:
@@ -94,6 +158,7 @@ def create_app(ctl: Controller) -> FastAPI:
 
     app.state.controller = ctl
     observe_api.install(app, ctl)
+    app.add_middleware(BodyLimit, limit=ctl.cfg.max_request_body, protocol=PROTOCOL)
 
     @app.exception_handler(lc.Refused)
     async def refused(request: Request, exc: lc.Refused) -> JSONResponse:
@@ -127,7 +192,12 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kinds = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
+        kinds = {
+            400: "bad_request",
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "too_large",
+        }
         kind = kinds.get(exc.status_code, "error")
         code = refusal(kind).value
         observe_api.refused(request, code)
@@ -179,7 +249,9 @@ def create_app(ctl: Controller) -> FastAPI:
 
     def detail(host: Host) -> dict[str, Any]:
         data = host_to_json(host)
-        data.pop("token_hash")
+        secrets = ("token_hash", "credential_hash", "next_credential_hash", "past_credentials")
+        for secret in (*secrets, "worker_hash"):
+            data.pop(secret)
         data.pop("boot_id")
         data.pop("resources")
         data["last_seen"] = ctl.seen.get(host.key)
@@ -199,7 +271,10 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/join", response_model=JoinAnswer, responses=ERRORS)
     async def join(
-        body: JoinBody, authorization: Annotated[Optional[str], Header()] = None
+        request: Request,
+        body: JoinBody,
+        token: Annotated[Bearer, Depends(JOIN)],
+        credential: HostBearer,
     ) -> dict[str, Any]:
         req = lc.JoinRequest(
             name=body.host,
@@ -209,10 +284,11 @@ def create_app(ctl: Controller) -> FastAPI:
             addresses=tuple(body.addresses),
             boot_id=body.boot_id,
             roles=tuple(body.roles),
-            resources=body.resources,
-            token=_bearer(authorization),
+            resources=dict(body.resources),
+            token=_token(token),
+            peer=_peer(request),
         )
-        host = ctl.join(req)
+        host, secret, worker = ctl.join(req)
         template = ctl.cfg.templates.get(host.template) or ctl.cfg.templates["default"]
         return {
             **answer(host),
@@ -220,37 +296,51 @@ def create_app(ctl: Controller) -> FastAPI:
             "key": host.key,
             "provisioned": host.provisioned,
             "template": template.to_json(),
+            "credential": secret,
+            "worker_credential": worker,
+            "incarnation": host.incarnation,
         }
 
     @app.post("/v1/hosts/{name}/heartbeat", response_model=HostAnswer, responses=ERRORS)
     async def heartbeat(
-        name: str, body: HeartbeatBody, authorization: Annotated[Optional[str], Header()] = None
+        request: Request, name: str, body: HeartbeatBody, credential: HostBearer
     ) -> dict[str, Any]:
-        report = body.model_dump()
-        ctl.record_report(name, body.instance_id, report)
-        host = ctl.agent_host(name, body.instance_id, _bearer(authorization))
-        return answer(ctl.heartbeat(host, report))
+        report = body.model_dump(exclude={"renew"})
+        try:
+            host = ctl.agent_host(name, body.instance_id, _token(credential), _peer(request))
+        except lc.Refused as refused:
+            if refused.kind == "decommissioned":  # the credential was checked: keep its word
+                gone = ctl.cluster.by_name(name)
+                if gone is not None:
+                    ctl.record_report(gone, report)
+            raise
+        if not body.renew:
+            return answer(ctl.heartbeat(host, report))
+        host, secret = ctl.renew(ctl.heartbeat(host, report))
+        return {**answer(host), "credential": secret, "incarnation": host.incarnation}
 
     @app.post("/v1/hosts/{name}/notice", response_model=HostAnswer, responses=ERRORS)
     async def notice(
-        name: str, body: NoticeBody, authorization: Annotated[Optional[str], Header()] = None
+        request: Request, name: str, body: NoticeBody, credential: HostBearer
     ) -> dict[str, Any]:
+        host = ctl.agent_host(name, body.instance_id, _token(credential), _peer(request))
         try:
             received = notice_from_wire(body.model_dump(exclude={"protocol", "instance_id"}))
         except BadNotice as exc:
             raise lc.Refused("bad_request", 422, str(exc)) from None
-        host = ctl.agent_host(name, body.instance_id, _bearer(authorization))
         return answer(ctl.notice(host, received))
 
     @app.get("/v1/hosts/{name}/watch", response_model=WatchAnswer, responses=ERRORS)
     async def watch(
+        request: Request,
         name: str,
+        credential: HostBearer,
+        worker: WorkerBearer,
         since: Annotated[int, Query(ge=0)] = 0,
         timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
         instance_id: Annotated[str, Query(max_length=253)] = "",
-        authorization: Annotated[Optional[str], Header()] = None,
     ) -> dict[str, Any]:
-        host = ctl.agent_host(name, instance_id, _bearer(authorization))
+        host = ctl.agent_host(name, instance_id, _token(credential), _peer(request), True)
         host = await ctl.watch(host, since, timeout)
         if host.state in TERMINAL:
             raise lc.decommissioned(host)
@@ -259,53 +349,61 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/hosts/{name}/jobs/{job_id}/{event}", response_model=JobBody, responses=ERRORS)
     async def job_event(
+        request: Request,
         name: str,
         job_id: int,
         event: str,
         body: JobReportBody,
-        authorization: Annotated[Optional[str], Header()] = None,
+        credential: HostBearer,
+        worker: WorkerBearer,
     ) -> dict[str, Any]:
+        host = ctl.agent_host(name, "", _token(credential), _peer(request), True)
         if event not in ("started", "finished"):
             raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
-        host = ctl.agent_host(name, "", _bearer(authorization))
         ctl.commit(
             jobmodel.job_report(ctl.cluster, ctl.clock(), host, job_id, event, body.exit_code)
         )
         return job(ctl.cluster.jobs[job_id])
 
-    @app.post("/v1/expected", response_model=HostDetail, status_code=201, responses=ERRORS)
-    async def expect(body: ExpectBody, by: Admin) -> dict[str, Any]:
+    @app.post("/v1/expected", response_model=ExpectAnswer, status_code=201, responses=ERRORS)
+    async def expect(body: ExpectBody, by: Provisioner) -> dict[str, Any]:
         now = ctl.clock()
         deadline = now + body.deadline_in if body.deadline_in else None
+        if body.join_token and body.mint_join_token:
+            raise lc.Refused("conflict", 409, "join_token and mint_join_token: one of them")
+        token = credentials.mint() if body.mint_join_token else body.join_token
+        if any(_same(token, t) for t in (ctl.cfg.admin_token, ctl.cfg.provisioner_token)):
+            raise lc.Refused("conflict", 409, "a join token must differ from the role tokens")
         ctl.commit(
             lc.expect(
                 ctl.cluster,
                 ctl.cfg,
                 now,
-                "provisioner",
+                by,
                 body.instance_id,
                 body.template,
                 body.expected_name,
                 body.expected_address,
                 deadline,
                 body.provider,
-                body.join_token,
+                token,
             )
         )
-        return detail(ctl.cluster.hosts[body.instance_id])
+        minted = {"join_token": token} if body.mint_join_token else {}
+        return {**detail(ctl.cluster.hosts[body.instance_id]), **minted}
 
     @app.get("/v1/expected", response_model=list[HostDetail], responses=ERRORS)
-    async def expected(by: Admin) -> list[dict[str, Any]]:
+    async def expected(by: Provisioner) -> list[dict[str, Any]]:
         wanted = ("expected", "overdue")
         return [detail(h) for h in ctl.cluster.hosts.values() if h.state.value in wanted]
 
     @app.get("/v1/to-return", response_model=list[HostDetail], responses=ERRORS)
-    async def to_return(by: Admin) -> list[dict[str, Any]]:
+    async def to_return(by: Provisioner) -> list[dict[str, Any]]:
         return [detail(h) for h in lc.to_return(ctl.cluster)]
 
     @app.post("/v1/to-return/{instance_id}/ack", response_model=HostDetail, responses=ERRORS)
-    async def ack(instance_id: str, by: Admin) -> dict[str, Any]:
-        ctl.commit(lc.ack_return(ctl.cluster, ctl.clock(), "provisioner", instance_id))
+    async def ack(instance_id: str, by: Provisioner) -> dict[str, Any]:
+        ctl.commit(lc.ack_return(ctl.cluster, ctl.clock(), by, instance_id))
         return detail(ctl.cluster.hosts[instance_id])
 
     @app.get("/v1/hosts", response_model=list[HostDetail], responses=ERRORS)

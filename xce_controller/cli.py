@@ -42,7 +42,13 @@ def main() -> None:
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
 def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
     """Serve the REST API until SIGTERM."""
-    from xce_controller.server import bind, make_server, stable_admin_token, token_file
+    from xce_controller.server import (
+        bind,
+        make_server,
+        stable_admin_token,
+        stable_token,
+        token_file,
+    )
 
     cfg = _config(config_file)
     host, _, port_text = listen.rpartition(":")
@@ -64,6 +70,10 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
             step = f"cannot keep the admin token in {token_file(db)}"
             cfg = replace(cfg, admin_token=stable_admin_token(db))
             click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
+        if not cfg.join_token:  # joins always need one: the cluster's, kept like the admin's
+            step = f"cannot keep the join token in {token_file(db, 'join')}"
+            cfg = replace(cfg, join_token=stable_token(db, "join"))
+            click.echo(f"xce-controller: join token in {token_file(db, 'join')}", err=True)
         step = f"cannot listen on {listen}"
         sock = bind(host, int(port_text))
         step = f"cannot open the database {db}"

@@ -13,12 +13,13 @@ from typing import Any
 
 from xce_controller.model import DrainPolicy
 from xce_controller.notice_config import NoticeSettings, parse_notice_settings
+from xce_protocol import names
 from xce_protocol.errors import ConfigError
 from xce_protocol.roles import KNOWN_ROLES as ROLES
 from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict, SourceError, load_file, load_text
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_NAME = re.compile(names.TEMPLATE)
 _WINDOW = re.compile(r"^(\S+\s+)?\d{1,2}:\d{2}-\d{1,2}:\d{2}$")
 
 
@@ -61,6 +62,8 @@ class ClusterConfig:
     join_token: str = field(default="", repr=False)
     notices: NoticeSettings = field(default_factory=NoticeSettings)
     read_token: str = field(default="", repr=False)  # metrics, events, status page only
+    provisioner_token: str = field(default="", repr=False)
+    max_request_body: int = 64 * 1024  # bytes; larger bodies get 413 before they are read
 
 
 DEFAULT_CONFIG = """\
@@ -94,7 +97,9 @@ _TOP = (
     "unmatched_joins",
     "auth",
     "notices",
+    "limits",
 )
+TOKENS = ("admin", "provisioner", "join", "read")
 
 
 def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
@@ -116,8 +121,9 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     backoff = c.duration(doc, "agent_max_restart_backoff", "", default=30.0)
     allowance = c.duration(doc, "rejoin_allowance", "", default=10.0)
     unmatched = c.choice(doc, "unmatched_joins", "", ("accept", "refuse"), default="accept")
-    admin, join, read = _auth(doc, c)
     notices = parse_notice_settings(doc, c)
+    admin, provisioner, join, read = _auth(doc, c)
+    max_body = _limits(doc, c)
     if None not in (grace, backoff, allowance, interval):
         assert grace is not None and backoff is not None and allowance is not None
         assert interval is not None
@@ -161,6 +167,8 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
         join,
         notices,
         read,
+        provisioner,
+        max_body,
     )
 
 
@@ -172,7 +180,7 @@ def _templates(doc: LineDict, c: Checker) -> dict[str, Template] | None:
     for name, body in node.items():
         p = f"templates.{name}"
         line = node.key_lines.get(name, node.line)
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             c.report(p, "a template name (letters, digits, . _ -)", describe(name), line)
             continue
         node = body
@@ -224,14 +232,13 @@ def _template(name: str, body: LineDict, p: str, c: Checker) -> Template | None:
     )
 
 
-def _auth(doc: LineDict, c: Checker) -> tuple[str, str, str]:
+def _auth(doc: LineDict, c: Checker) -> tuple[str, str, str, str]:
     node = c.mapping(doc, "auth", "", required=False)
     if node is None:
-        return "", "", ""
-    kinds = ("admin", "join", "read")
-    c.allowed_keys(node, "auth", [f"{k}_token{end}" for k in kinds for end in ("", "_file")])
-    tokens = []
-    for kind in kinds:
+        return "", "", "", ""
+    c.allowed_keys(node, "auth", [f"{kind}_token{end}" for kind in TOKENS for end in ("", "_file")])
+    tokens: dict[str, str] = {}
+    for kind in TOKENS:
         value = c.string(node, f"{kind}_token", "auth", required=False, default="")
         file_value = c.string(node, f"{kind}_token_file", "auth", required=False)
         if file_value:
@@ -244,5 +251,26 @@ def _auth(doc: LineDict, c: Checker) -> tuple[str, str, str]:
                     f"{describe(file_value)} ({exc.strerror})",
                     c.line_of(node, f"{kind}_token_file"),
                 )
-        tokens.append(value or "")
-    return tokens[0], tokens[1], tokens[2]
+        for other, seen in tokens.items():
+            if value and value == seen:  # one secret for two roles is one role
+                c.report(
+                    f"auth.{kind}_token",
+                    f"a token different from auth.{other}_token",
+                    "the same token",
+                    c.line_of(
+                        node, f"{kind}_token" if f"{kind}_token" in node else f"{kind}_token_file"
+                    ),
+                )
+        tokens[kind] = value or ""
+    return tokens["admin"], tokens["provisioner"], tokens["join"], tokens["read"]
+
+
+def _limits(doc: LineDict, c: Checker) -> int:
+    node = c.mapping(doc, "limits", "", required=False)
+    if node is None:
+        return 64 * 1024
+    c.allowed_keys(node, "limits", ("max_request_body",))
+    value = c.integer(
+        node, "max_request_body", "limits", default=64 * 1024, minimum=1024, maximum=16 << 20
+    )
+    return value if value is not None else 64 * 1024

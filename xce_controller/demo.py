@@ -38,6 +38,7 @@ class Demo:
         self.controller: Any = None
         self.agent: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.join_token = ""
 
     def say(self, text: str) -> None:
         self.out(f"[{time.monotonic() - self.began:5.1f}s] {text}")
@@ -101,7 +102,7 @@ class Demo:
         self.controller.start()
         self.url = self.controller.url
         self.say(f"The reference controller is up at {self.url} with a temporary database.")
-        self.api(
+        recorded = self.api(
             "POST",
             "/v1/expected",
             json={
@@ -109,17 +110,20 @@ class Demo:
                 "template": "demo-small",
                 "expected_name": HOST,
                 "provider": "demo",
+                "mint_join_token": True,
             },
         )
+        self.join_token = recorded["join_token"]
         self.say(
             f"The provisioner recorded instance {INSTANCE}: template demo-small, expected "
-            f"as {HOST}. The controller now waits for it to join."
+            f"as {HOST}, with a single-use join token the controller minted for it. The "
+            "controller now waits for it to join."
         )
 
     def start_agent(self) -> None:
         config = self.tmp / "agent.yaml"
         config.write_text(
-            f"version: 1\ncontroller: {{url: '{self.url}'}}\n"
+            f"version: 1\ncontroller: {{url: '{self.url}', token: '{self.join_token}'}}\n"
             f"instance: {{id: {INSTANCE}, template: demo-small, host_name: {HOST}}}\n"
             "roles:\n  worker:\n    components:\n      xce-worker:\n"
             f"        command: ['{sys.executable}', -m, xce_agent, sample-worker]\n"
@@ -137,9 +141,11 @@ class Demo:
         self.say("Started xce-agent in its own process, as cloud-init would on the new host.")
         self.wait("host joins", lambda: self.host()["state"] == "open")
         pid = self.wait("worker runs", lambda: self.worker().get("pid"))
+        incarnation = self.host()["incarnation"]
         self.say(
-            f"{HOST} joined as a provisioned instance and is open; the agent started the "
-            f"worker (pid {pid}) with the template's 2 slots."
+            f"{HOST} joined as a provisioned instance and is open (incarnation {incarnation}: "
+            f"the join answer carried its host credential, kept 0600 in the state directory); "
+            f"the agent started the worker (pid {pid}) with the template's 2 slots."
         )
 
     def run_a_job(self) -> None:

@@ -22,6 +22,8 @@ from xce_controller.model import (
     evolve,
 )
 
+PAST_CREDENTIALS = 8  # earlier credentials kept to tell a stale incarnation from a wrong one
+
 
 def apply(cluster: Cluster, fact: Fact) -> set[str]:
     """Change `cluster` by `fact`; returns the keys of the hosts it touched."""
@@ -55,6 +57,55 @@ def _expected(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     return {key}
 
 
+def _issued(host: Host, d: dict[str, Any]) -> Host:
+    """A join issued a new credential: the old one becomes a past incarnation's."""
+    if "credential_hash" not in d:
+        return host
+    return evolve(
+        host,
+        incarnation=int(d.get("incarnation", host.incarnation + 1)),
+        credential_hash=d["credential_hash"],
+        next_credential_hash="",
+        worker_hash=d.get("worker_hash", ""),
+        past_credentials=_past(host, host.credential_hash, host.next_credential_hash),
+    )
+
+
+def _past(host: Host, *retired: str) -> tuple[str, ...]:
+    return (*host.past_credentials, *(r for r in retired if r))[-PAST_CREDENTIALS:]
+
+
+def _renewed(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    """A new credential for the next incarnation; the current one stays good until the host
+    presents the new one (an answer lost on the way must not lock the host out)."""
+    key = d["key"]
+    host = cluster.hosts[key]
+    cluster.put_host(
+        evolve(
+            host,
+            incarnation=int(d["incarnation"]),
+            next_credential_hash=d["credential_hash"],
+            past_credentials=_past(host, host.next_credential_hash),
+        )
+    )
+    return {key}
+
+
+def _confirmed(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    """The host presented its renewed credential: the one before it is now stale."""
+    key = d["key"]
+    host = cluster.hosts[key]
+    cluster.put_host(
+        evolve(
+            host,
+            credential_hash=host.next_credential_hash,
+            next_credential_hash="",
+            past_credentials=_past(host, host.credential_hash),
+        )
+    )
+    return {key}
+
+
 def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
     base = cluster.hosts.get(key) or Host(key=key, state=HostState.OPEN, template=d["template"])
@@ -75,6 +126,7 @@ def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     )
     # A lost host joining again returns to the state it was lost in (a drain is kept).
     state = HostState(d.get("state", HostState.OPEN.value))
+    host = _issued(host, d)
     why = "joined as provisioned instance" if d["provisioned"] else "joined (not provisioned)"
     cluster.put_host(_with_state(host, state, fact, d.get("why", why)))
     return {key}
@@ -83,9 +135,17 @@ def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
 def _rejoined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
     host = cluster.hosts[key]
-    cluster.put_host(
-        evolve(host, boot_id=d.get("boot_id", ""), addresses=tuple(d.get("addresses", ())))
-    )
+    host = evolve(host, boot_id=d.get("boot_id", ""), addresses=tuple(d.get("addresses", ())))
+    cluster.put_host(_issued(host, d))
+    return {key}
+
+
+def _refused(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    """An attempt the controller refused and keeps a record of (a stale incarnation, ...)."""
+    key = d["key"]
+    host = cluster.hosts[key]
+    why = f"{d.get('why', '')}: {d.get('detail', '')}"
+    cluster.put_host(evolve(host, refusals=host.refusals + 1, last_refusal=why))
     return {key}
 
 
@@ -187,6 +247,9 @@ _HANDLERS = {
     "expected": _expected,
     "joined": _joined,
     "rejoined": _rejoined,
+    "refused": _refused,
+    "renewed": _renewed,
+    "confirmed": _confirmed,
     "state": _state,
     "drain": _drain,
     "notice": _notice,

@@ -7,11 +7,10 @@ scheduler sees one lifecycle in both. Nothing here touches a clock, a socket or 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
+from xce_controller import credentials
 from xce_controller.config import ClusterConfig
 from xce_controller.model import (
     JOINED,
@@ -30,12 +29,20 @@ CONTROLLER = "controller"
 class Refused(Exception):
     """A request the lifecycle turns down; `kind` is stable for clients to act on."""
 
-    def __init__(self, kind: str, status: int, message: str, **details: Any) -> None:
+    def __init__(
+        self,
+        kind: str,
+        status: int,
+        message: str,
+        record: list[Fact] | None = None,
+        **details: Any,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.code = refusal(kind)  # the reason code answers and metrics carry
         self.status = status
         self.message = message
+        self.record = record or []  # facts the refusal leaves behind (a refused attempt)
         self.details = details
 
 
@@ -49,11 +56,10 @@ class JoinRequest:
     boot_id: str = ""
     roles: tuple[str, ...] = ()
     resources: dict[str, Any] = field(default_factory=dict)
-    token: str = ""
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest() if token else ""
+    token: str = ""  # the bearer: a join token or the host credential of an earlier join
+    issue: str = ""  # the sealed host credential this join hands out when accepted
+    issue_worker: str = ""  # the sealed worker credential it hands out
+    peer: str = ""  # the caller's address, kept with a refused attempt
 
 
 def decommissioned(host: Host) -> Refused:
@@ -109,7 +115,7 @@ def expect(
             expected_address=expected_address,
             deadline=when,
             provider=provider,
-            token_hash=token_hash(token),
+            token_hash=credentials.seal(token),
             code=Reason.INSTANCE_EXPECTED,
         )
     ]
@@ -142,149 +148,23 @@ def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[
     ]
 
 
-# --- joins and heartbeats -------------------------------------------------------------
-
-
-def _match(cluster: Cluster, req: JoinRequest) -> Host | None:
-    if req.instance_id and req.instance_id in cluster.hosts:
-        return cluster.hosts[req.instance_id]
-    return cluster.waiting_match(req.name, req.addresses)
+# --- joins and heartbeats (who may join or speak for a host: joining.py) ---------------
 
 
 def join(
     cluster: Cluster, cfg: ClusterConfig, now: float, req: JoinRequest
 ) -> tuple[Host, list[Fact]]:
     """The host the request joins as, and the facts; Refused when it may not join."""
-    host = _match(cluster, req)
-    if host is not None:
-        return host, _join_matched(cluster, cfg, now, req, host)
-    key = f"host:{req.name}"
-    known = cluster.hosts.get(key)
-    if known is not None:
-        if known.state in TERMINAL:
-            raise decommissioned(known)
-        return known, _join_again(now, req, known)
-    if cfg.unmatched_joins == "refuse":
-        raise Refused(
-            "unmatched",
-            403,
-            f"host {req.name} (instance {req.instance_id or '-'}) matches no expected "
-            "instance and this cluster refuses unmatched joins",
-        )
-    if cfg.join_token and not hmac.compare_digest(
-        token_hash(req.token), token_hash(cfg.join_token)
-    ):
-        raise Refused("unauthorized", 401, "join token missing or wrong")
-    joined = _joined_fact(now, req, key, "default", provisioned=False, provider=req.provider)
-    return Host(key=key, state=HostState.OPEN, template="default"), [joined]
+    from xce_controller import joining  # joining builds on this module's Refused and facts
+
+    return joining.join(cluster, cfg, now, req)
 
 
-def _join_matched(
-    cluster: Cluster, cfg: ClusterConfig, now: float, req: JoinRequest, host: Host
-) -> list[Fact]:
-    if host.state in TERMINAL:
-        raise decommissioned(host)
-    expected = host.token_hash or token_hash(cfg.join_token)
-    if expected and not hmac.compare_digest(token_hash(req.token), expected):
-        raise Refused("unauthorized", 401, f"join token for instance {host.instance_id} is wrong")
-    if host.name and host.name != req.name and host.state is not HostState.LOST:
-        raise Refused(
-            "duplicate",
-            409,
-            f"instance {host.instance_id} already joined as {host.name}; "
-            f"{req.name} cannot claim it",
-            host=host.name,
-            instance_id=host.instance_id,
-        )
-    if host.state in JOINED or host.state is HostState.LOST:
-        return _join_again(now, req, host)
-    return [
-        _joined_fact(
-            now,
-            req,
-            host.key,
-            host.template,
-            provisioned=True,
-            provider=host.provider,
-            instance_id=host.instance_id,
-        )
-    ]
+def check_agent(cluster: Cluster, name: str, token: str, now: float = 0.0) -> Host:
+    """The host an agent speaks for on heartbeat/watch; Refused if it may not."""
+    from xce_controller import joining
 
-
-def _join_again(now: float, req: JoinRequest, host: Host) -> list[Fact]:
-    if host.state is HostState.LOST:
-        joined = _joined_fact(
-            now,
-            req,
-            host.key,
-            host.template,
-            host.provisioned,
-            host.provider,
-            host.instance_id,
-            why="rejoined after loss",
-            code=Reason.REJOINED_AFTER_LOSS,
-        )
-        joined.data["state"] = returned_state(host).value
-        return [joined]
-    return [
-        fact(
-            "rejoined",
-            now,
-            req.name,
-            key=host.key,
-            boot_id=req.boot_id,
-            addresses=list(req.addresses),
-            code=Reason.AGENT_RECONNECTED,
-        )
-    ]
-
-
-def _joined_fact(
-    now: float,
-    req: JoinRequest,
-    key: str,
-    template: str,
-    provisioned: bool,
-    provider: str,
-    instance_id: str = "",
-    why: str = "",
-    code: Reason | None = None,
-) -> Fact:
-    data: dict[str, Any] = dict(
-        key=key,
-        name=req.name,
-        instance_id=instance_id or req.instance_id,
-        template=template,
-        provisioned=provisioned,
-        provider=provider,
-        boot_id=req.boot_id,
-        addresses=list(req.addresses),
-        roles=list(req.roles),
-        resources=dict(req.resources),
-    )
-    if why:
-        data["why"] = why
-    data["code"] = (
-        code or (Reason.JOINED_PROVISIONED if provisioned else Reason.JOINED_UNPROVISIONED)
-    ).value
-    return Fact("joined", now, req.name, data)
-
-
-def check_agent(cluster: Cluster, key: str, instance_id: str) -> Host:
-    """The host an agent speaks for on heartbeat/watch; Refused if it may not. A name before
-    a record key: a host may be called what another record is keyed by (an instance id)."""
-    host = cluster.host_by_name(key) or cluster.hosts.get(key)
-    if host is None:
-        raise Refused("unknown_host", 404, f"unknown host {key}: join first")
-    if instance_id and host.instance_id and instance_id != host.instance_id:
-        raise Refused(
-            "unknown_host",
-            404,
-            f"host {host.name} is instance {host.instance_id}, not {instance_id}",
-        )
-    if host.state in TERMINAL:
-        raise decommissioned(host)
-    return host
+    return joining.speaker(cluster, now, name, token)[0]
 
 
 def returned_state(host: Host) -> HostState:

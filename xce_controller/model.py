@@ -111,7 +111,14 @@ class Host:
     expected_address: str = ""
     expected_at: float | None = None
     deadline: float | None = None
-    token_hash: str = ""
+    token_hash: str = ""  # the per-instance join token, sealed (credentials.seal)
+    incarnation: int = 0  # accepted joins of this record; each issues a new credential
+    credential_hash: str = ""  # the current incarnation's host credential, sealed
+    next_credential_hash: str = ""  # renewed, current once the host first presents it
+    worker_hash: str = ""  # the worker's credential of this join: watch and job reports only
+    past_credentials: tuple[str, ...] = ()  # earlier incarnations' credentials, sealed
+    refusals: int = 0  # recorded refused attempts (stale credential, second join, ...)
+    last_refusal: str = ""
     joined_at: float | None = None
     boot_id: str = ""
     addresses: tuple[str, ...] = ()
@@ -176,6 +183,7 @@ class Cluster:
     # order they were recorded, so a join is matched without scanning every host.
     waiting_names: dict[str, dict[str, None]] = field(default_factory=dict)
     waiting_addresses: dict[str, dict[str, None]] = field(default_factory=dict)
+    instances: dict[str, str] = field(default_factory=dict)  # instance id -> latest key
 
     def put_host(self, host: Host) -> None:
         old = self.hosts.get(host.key)
@@ -190,6 +198,17 @@ class Cluster:
                 self.waiting_names.setdefault(host.expected_name, {})[host.key] = None
             if host.expected_address:
                 self.waiting_addresses.setdefault(host.expected_address, {})[host.key] = None
+        if host.instance_id:
+            self.instances[host.instance_id] = host.key
+
+    def by_name(self, name: str) -> Host | None:
+        """The record that last joined as `name` (any state); never looked up by key."""
+        key = self.names.get(name)
+        return self.hosts[key] if key is not None else None
+
+    def by_instance(self, instance_id: str) -> Host | None:
+        key = self.instances.get(instance_id)
+        return self.hosts[key] if key is not None else None
 
     def put_job(self, job: Job) -> None:
         """Store a job and keep the per-host index of active jobs current."""
@@ -213,9 +232,7 @@ class Cluster:
         key = self.names.get(name)
         if key is not None and self.hosts[key].state not in TERMINAL:
             return self.hosts[key]
-        found = [h for h in self.hosts.values() if h.name == name]
-        if not found:  # a record not joined yet is reached by its key (instance id)
-            found = [h for h in self.hosts.values() if h.key == name]
+        found = [h for h in self.hosts.values() if h.name == name]  # a name, never a key
         if not found:
             found = [h for h in self.hosts.values() if not h.name and h.expected_name == name]
         live = [h for h in found if h.state not in TERMINAL]

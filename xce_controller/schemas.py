@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional
+import re
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from xce_protocol import names
 
 
 def _json_number(value: Any) -> Any:
@@ -18,7 +21,25 @@ def _json_number(value: Any) -> Any:
 JsonInt = Annotated[int, BeforeValidator(_json_number)]
 JsonFloat = Annotated[float, BeforeValidator(_json_number)]
 
-Name = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
+Name = Field(min_length=1, max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME)
+Short = Annotated[str, Field(max_length=64)]
+# What a host says about itself is bounded: a few dozen scalar entries, short keys and texts.
+RESOURCE_KEY = r"^[A-Za-z0-9_.-]{1,64}$"
+ResourceValue = Union[JsonInt, JsonFloat, Annotated[str, Field(max_length=256)]]
+
+
+def _resource_keys(value: dict[str, Any]) -> dict[str, Any]:
+    for key in value:
+        if not re.fullmatch(RESOURCE_KEY, key):
+            raise ValueError(f"resource name {key[:40]!r}: letters, digits, _ . - (1 to 64)")
+    return value
+
+
+Resources = Annotated[
+    dict[str, ResourceValue],
+    Field(max_length=32, json_schema_extra={"propertyNames": {"pattern": RESOURCE_KEY}}),
+    AfterValidator(_resource_keys),
+]
 
 
 class Lenient(BaseModel):
@@ -38,19 +59,22 @@ class ErrorBody(BaseModel):
     host: Optional[str] = None
     instance_id: Optional[str] = None
     reason: Optional[str] = None
-    protocol: str = "1.0"
+    incarnation: Optional[int] = Field(None, description="stale_incarnation: the current one")
+    protocol: str = "1.1"
 
 
 class JoinBody(Lenient):
-    protocol: str = Field("1.0", max_length=16)
+    protocol: str = Field("1.1", max_length=16)
     host: str = Name
-    instance_id: str = Field("", max_length=253)
-    template: str = Field("", max_length=253)
-    provider: str = Field("", max_length=253)
-    addresses: list[str] = Field(default_factory=list, max_length=64)
+    instance_id: str = Field(
+        "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
+    )
+    template: str = Field("", max_length=names.TEMPLATE_MAX, pattern=names.TEMPLATE_OR_NONE)
+    provider: str = Field("", max_length=64)
+    addresses: list[Short] = Field(default_factory=list, max_length=64)
     boot_id: str = Field("", max_length=64)
-    roles: list[str] = Field(default_factory=list, max_length=16)
-    resources: dict[str, Any] = Field(default_factory=dict)
+    roles: list[Short] = Field(default_factory=list, max_length=16)
+    resources: Resources = Field(default_factory=dict)
     agent_version: str = Field("", max_length=64)
 
 
@@ -87,6 +111,15 @@ class JoinAnswer(BaseModel):
     host_loss_grace: float
     version: int
     notice: Optional[NoticeState] = None
+    credential: str = Field(
+        description="the host credential of this incarnation: the bearer of every later "
+        "call for this host (heartbeat, watch, job reports, a rejoin); shown only here"
+    )
+    worker_credential: str = Field(
+        description="the worker's credential of this join: its watch and job reports only; "
+        "kept across credential renewals, replaced by the next join"
+    )
+    incarnation: int = Field(description="accepted joins and renewals of this record")
 
 
 class ComponentReport(Lenient):
@@ -98,11 +131,16 @@ class ComponentReport(Lenient):
 
 
 class HeartbeatBody(Lenient):
-    protocol: str = Field("1.0", max_length=16)
-    instance_id: str = Field("", max_length=253)
+    protocol: str = Field("1.1", max_length=16)
+    instance_id: str = Field(
+        "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
+    )
     boot_id: str = Field("", max_length=64)
     agent_state: str = Field("running", max_length=64)
     components: list[ComponentReport] = Field(default_factory=list, max_length=64)
+    renew: bool = Field(
+        False, description="the agent (re)started: issue the credential of a new incarnation"
+    )
 
 
 class NoticeDetail(BaseModel):
@@ -129,11 +167,19 @@ class HostAnswer(BaseModel):
     heartbeat_interval: float
     host_loss_grace: float
     notice: Optional[NoticeState] = None
+    credential: Optional[str] = Field(
+        None,
+        description="renew: the new host credential; the old one is stale once this "
+        "one was presented",
+    )
+    incarnation: Optional[int] = None
 
 
 class NoticeBody(Lenient):
-    protocol: str = Field("1.0", max_length=16)
-    instance_id: str = Field("", max_length=253)
+    protocol: str = Field("1.1", max_length=16)
+    instance_id: str = Field(
+        "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
+    )
     kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown"]
     provider: str = Field("", max_length=64)
     event_id: str = Field("", max_length=200)
@@ -203,18 +249,32 @@ class HostDetail(BaseModel):
     history: list[ChangeBody]
     report: Optional[dict[str, Any]] = None
     notice: Optional[NoticeDetail] = None
+    incarnation: int = Field(0, description="accepted joins of this record")
+    refusals: int = Field(0, description="recorded refused attempts (stale credential, ...)")
+    last_refusal: str = ""
+
+
+class ExpectAnswer(HostDetail):
+    join_token: Optional[str] = Field(
+        None, description="the minted per-instance join token (mint_join_token); shown once"
+    )
 
 
 class ExpectBody(Strict):
-    instance_id: str = Field(min_length=1, max_length=253, pattern=r"^\S+$")
-    template: str = Field(min_length=1, max_length=253)
-    expected_name: str = Field("", max_length=253)
+    instance_id: str = Field(
+        min_length=1, max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID
+    )
+    template: str = Field(min_length=1, max_length=names.TEMPLATE_MAX, pattern=names.TEMPLATE)
+    expected_name: str = Field("", max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME_OR_NONE)
     expected_address: str = Field("", max_length=64)
     deadline_in: Optional[
         Annotated[float, Field(gt=0, le=10 * 365 * 86400), BeforeValidator(_json_number)]
     ] = None
-    provider: str = Field("", max_length=253)
-    join_token: str = Field("", max_length=512)
+    provider: str = Field("", max_length=64)
+    join_token: str = Field("", max_length=512, description="a per-instance join token")
+    mint_join_token: bool = Field(
+        False, description="mint a per-instance join token; the answer shows it once"
+    )
 
 
 class ControlBody(Strict):
@@ -232,7 +292,7 @@ class DecommissionBody(Strict):
 class SubmitBody(Strict):
     command: list[str] = Field(min_length=1, max_length=256)
     slots: Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_number)] = 1
-    host: str = Field("", max_length=253)
+    host: str = Field("", max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME_OR_NONE)
 
 
 class JobReportBody(Lenient):

@@ -33,15 +33,17 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def token_file(db: Path) -> Path:
-    """Where `serve` keeps a generated admin token: beside the database, mode 0600."""
-    return Path(f"{db}.admin-token")
+def token_file(db: Path, kind: str = "admin") -> Path:
+    """Where `serve` puts a token it made for the run (admin, join): beside the database,
+    mode 0600."""
+    return Path(f"{db}.{kind}-token")
 
 
-def stable_admin_token(db: Path) -> str:
-    """The generated admin token of this database: made once, then read on every start, so
-    xcecli and scripts keep working across restarts. A file others can read is refused."""
-    path = token_file(db)
+def stable_token(db: Path, kind: str = "admin") -> str:
+    """The generated token of this database (admin, join): made once, then read on every
+    start, so xcecli, scripts and agents keep working across restarts. A file others can
+    read is refused."""
+    path = token_file(db, kind)
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -51,14 +53,18 @@ def stable_admin_token(db: Path) -> str:
     if mode & 0o077:
         raise ConfigError(
             [
-                f"{path}: expected an admin token file only its owner can read, "
+                f"{path}: expected a {kind} token file only its owner can read, "
                 f"got mode {mode & 0o777:o}"
             ]
         )
     token = path.read_text(encoding="utf-8").strip()
     if not token:
-        raise ConfigError([f"{path}: expected an admin token, got an empty file"])
+        raise ConfigError([f"{path}: expected a {kind} token, got an empty file"])
     return token
+
+
+def stable_admin_token(db: Path) -> str:
+    return stable_token(db, "admin")
 
 
 def make_server(
@@ -88,6 +94,7 @@ class EmbeddedController:
         self.server, self.controller = make_server(cfg, db, self.sock)
         self.admin_token = self.controller.cfg.admin_token
         self.admin_headers = {"Authorization": f"Bearer {self.admin_token}"}
+        self.join_token = self.controller.cfg.join_token
         self._thread = threading.Thread(target=self._run, name="controller", daemon=True)
 
     def _run(self) -> None:

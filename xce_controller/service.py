@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import hmac
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from xce_controller import deadlines, notices
+from xce_controller import credentials, deadlines, joining, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
@@ -27,12 +26,14 @@ from xce_controller.facts import apply
 from xce_controller.model import TERMINAL, Fact, Host
 from xce_controller.store import StorageUnavailable, Store
 from xce_controller.timers import Timers
+from xce_protocol import names
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice
 
 log = logging.getLogger(__name__)
-PROTOCOL = "1.0"
-MAX_SLEEP = 60.0  # look at the timers at least this often
+PROTOCOL = "1.1"
+RECORD_EVERY = 60.0  # seconds between recorded refusals of one kind for one host
+MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
 RETRY = 5.0  # a timer whose facts could not be stored tries again after this long
 RESCAN = ("job_submitted", "job_requeued")  # facts after which every open host may take work
 FREEZE_EVERY = 1.0  # seconds between moving survivors out of the cyclic collector's reach
@@ -47,6 +48,10 @@ class Controller:
         self.generated_token = not cfg.admin_token
         if self.generated_token:
             cfg = replace(cfg, admin_token=secrets.token_urlsafe(24))
+        # Joins always need a token too: without a cluster join token, one is made.
+        self.generated_join_token = not cfg.join_token
+        if self.generated_join_token:
+            cfg = replace(cfg, join_token=secrets.token_urlsafe(24))
         self.store = store
         self.clock = clock or SteadyClock()  # a stepped wall clock moves no interval
         self.cluster, self.seen = store.load()
@@ -70,6 +75,7 @@ class Controller:
         self.storage_errors = 0  # changes the database refused since start
         # Told of every committed batch, in order (metrics, the events stream).
         self.on_commit: list[Callable[[list[Fact]], None]] = []
+        self._recorded: dict[tuple[str, str], float] = {}  # (host key, kind) -> last recorded
         for key in self.cluster.hosts:
             self._schedule(key)
 
@@ -231,6 +237,8 @@ class Controller:
             return problems
         if not cfg.admin_token:
             cfg = replace(cfg, admin_token=self.cfg.admin_token)
+        if not cfg.join_token:
+            cfg = replace(cfg, join_token=self.cfg.join_token)
         self.cfg = cfg
         for key in self.cluster.hosts:
             self._schedule(key)
@@ -243,31 +251,64 @@ class Controller:
         return []
 
     # --- agents -----------------------------------------------------------------------
-    def join(self, req: lc.JoinRequest) -> Host:
+    def join(self, req: lc.JoinRequest) -> tuple[Host, str, str]:
+        """The joined host and the host and worker credentials its answer carries (shown only
+        there)."""
         now = self.clock()
-        host, facts = lc.join(self.cluster, self.cfg, now, req)
+        secret, worker = credentials.mint(), credentials.mint()
+        sealed = replace(req, issue=credentials.seal(secret), issue_worker=credentials.seal(worker))
+        try:
+            host, facts = joining.join(self.cluster, self.cfg, now, sealed)
+        except lc.Refused as refused:
+            self._keep_record(refused)
+            raise
         self.seen[host.key] = now  # before the commit: what it settles must see the join
         self.commit(facts)
         self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
+        return self.cluster.hosts[host.key], secret, worker
+
+    def agent_host(
+        self, name: str, instance_id: str, token: str, peer: str = "", worker: bool = False
+    ) -> Host:
+        try:
+            host, facts = joining.speaker(
+                self.cluster, self.clock(), name, token, instance_id, peer, worker
+            )
+        except lc.Refused as refused:
+            self._keep_record(refused)
+            raise
+        if facts:
+            self.commit(facts)
         return self.cluster.hosts[host.key]
 
-    def agent_host(self, name: str, instance_id: str, token: str) -> Host:
-        host = lc.check_agent(self.cluster, name, instance_id)
-        expected = host.token_hash or lc.token_hash(self.cfg.join_token)
-        if expected and not hmac.compare_digest(lc.token_hash(token), expected):
-            raise lc.Refused("unauthorized", 401, f"token for host {host.name} is wrong")
-        return host
+    def renew(self, host: Host) -> tuple[Host, str]:
+        """A new credential for the host's next incarnation (its agent started)."""
+        secret = credentials.mint()
+        self.commit([joining.renew(host, self.clock(), credentials.seal(secret))])
+        return self.cluster.hosts[host.key], secret
 
-    def record_report(self, name: str, instance_id: str, report: dict[str, Any]) -> None:
+    def _keep_record(self, refused: lc.Refused) -> None:
+        """Commit the facts a refusal leaves, at most one per host and kind a minute, so a
+        clone retrying every second cannot grow the database without bound."""
+        now = self.clock()
+        kept = []
+        for fact in refused.record:
+            mark = (str(fact.data.get("key")), str(fact.data.get("why")))
+            if now - self._recorded.get(mark, -RECORD_EVERY) >= RECORD_EVERY:
+                self._recorded[mark] = now
+                kept.append(fact)
+        if kept:
+            self.commit(kept)
+
+    def record_report(self, host: Host, report: dict[str, Any]) -> None:
         """Keep what a decommissioned host's agent last said (its worker stopped, say), so
-        the provisioner can see it before returning the instance; its heartbeat is refused."""
-        host = self.cluster.host_by_name(name)
-        if host is not None and host.state in TERMINAL and host.instance_id == instance_id:
-            self.reports[host.key] = {**report, "at": self.clock()}
-            try:  # a restart must not empty what to-return shows
-                self.store.save_report(host.key, self.reports[host.key])
-            except StorageUnavailable as exc:
-                self._storage_failed(exc.cause)
+        the provisioner can see it before returning the instance; its heartbeat is refused.
+        Only called once the host's credential was checked."""
+        self.reports[host.key] = {**report, "at": self.clock()}
+        try:  # a restart must not empty what to-return shows
+            self.store.save_report(host.key, self.reports[host.key])
+        except StorageUnavailable as exc:
+            self._storage_failed(exc.cause)
 
     def heartbeat(self, host: Host, report: dict[str, Any]) -> Host:
         now = self.clock()
@@ -305,7 +346,7 @@ class Controller:
 
     # --- admin ------------------------------------------------------------------------
     def find_host(self, name: str) -> Host:
-        host = self.cluster.host_by_name(name) or self.cluster.hosts.get(name)  # see check_agent
+        host = self.cluster.host_by_name(name) if names.is_host_name(name) else None
         if host is None:
             raise lc.Refused("not_found", 404, f"no host {name}")
         return host

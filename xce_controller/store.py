@@ -42,13 +42,26 @@ class StorageUnavailable(Exception):
         self.cause = cause
 
 
+def private(path: Path) -> None:
+    """Create the database file 0600 (it holds sealed secrets and every host's history)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         self.path = path
+        private(path)  # before SQLite opens it: its -wal and -shm files take the same mode
         self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        for side in ("-wal", "-shm"):  # left 0644 by an older version, say
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(f"{path}{side}", 0o600)
         self._identity = self._file_identity()
 
     def _file_identity(self) -> tuple[int, int]:

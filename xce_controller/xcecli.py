@@ -168,6 +168,9 @@ def host(client: Client, name: str, as_json: bool) -> None:
             "expected_name",
             "expected_address",
             "jobs_running",
+            "incarnation",
+            "refusals",
+            "last_refusal",
         )
     ]
     lines += [
@@ -223,12 +226,19 @@ def expected(client: Client, as_json: bool) -> None:
 @click.option("--deadline", "deadline_in", type=float, help="Seconds to join (default: config).")
 @click.option("--provider", default="")
 @click.option("--join-token", default="", help="Per-instance join token.")
+@click.option(
+    "--mint-join-token",
+    is_flag=True,
+    help="Have the controller mint a single-use join token for the instance (printed once).",
+)
 @click.pass_obj
 def expect(client: Client, /, instance_id: str, **fields: Any) -> None:
-    """Record an expected instance."""
-    body = {k: v for k, v in fields.items() if v not in (None, "")}
+    """Record an expected instance (the provisioner token or the admin token)."""
+    body = {k: v for k, v in fields.items() if v not in (None, "", False)}
     h = client.call("POST", "/v1/expected", json={"instance_id": instance_id, **body})
     click.echo(f"expected {h['instance_id']} ({h['template']}) until {_when(h['deadline'])}")
+    if h.get("join_token"):
+        click.echo(f"join token for {h['instance_id']} (shown once): {h['join_token']}")
 
 
 def _control(client: Client, name: str, action: str, body: dict[str, Any]) -> None:

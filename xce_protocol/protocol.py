@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-PROTOCOL = "1.0"
+PROTOCOL = "1.1"  # 1.1: host credentials issued at join, sent on every later call
 MAJOR = PROTOCOL.split(".", maxsplit=1)[0]
 BUSY = frozenset({429, 503})  # the only answers whose Retry-After is honoured
 

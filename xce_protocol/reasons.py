@@ -47,6 +47,12 @@ class Reason(str, enum.Enum):
     REFUSED_DECOMMISSIONED = "refused_decommissioned"  # the host was decommissioned: never rejoin
     REFUSED_UNMATCHED = "refused_unmatched"
     REFUSED_DUPLICATE = "refused_duplicate"
+    REFUSED_INSTANCE_ID_REQUIRED = "refused_instance_id_required"  # the join lacks its instance id
+    REFUSED_NAME_DECOMMISSIONED = "refused_name_decommissioned"  # name of a decommissioned host
+    REFUSED_ALREADY_JOINED = "refused_already_joined"  # a second join with the join token
+    REFUSED_TOKEN_EXPIRED = "refused_token_expired"  # noqa: S105 - a code: the join token expired
+    REFUSED_STALE_INCARNATION = "refused_stale_incarnation"  # an earlier incarnation's credential
+    REFUSED_UNKNOWN_CREDENTIAL = "refused_unknown_credential"  # no host holds the credential
     REFUSED_UNAUTHORIZED = "refused_unauthorized"
     REFUSED_FORBIDDEN = "refused_forbidden"
     REFUSED_UNKNOWN_HOST = "refused_unknown_host"

@@ -82,6 +82,23 @@ class Cluster:
         ).json()
 
 
+def token_file(cluster: Cluster, tmp: Path, iid: str, name: str) -> list[str]:
+    """Record the instance with a minted single-use join token; render-user-data options."""
+    recorded = cluster.api(
+        "POST",
+        "/v1/expected",
+        json={
+            "instance_id": iid,
+            "template": "default",
+            "expected_name": name,
+            "mint_join_token": True,
+        },
+    )
+    path = tmp / f"{iid}.join-token"
+    path.write_text(recorded["join_token"] + "\n")
+    return ["--token-file", str(path)]
+
+
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     tarball = ensure_rootfs_cache()
@@ -132,15 +149,12 @@ def test_two_hosts_boot_join_restart_and_decommission(
     base, deb = image
     cluster = Cluster(tmp_path)
     url = cluster.ctl.url
+    data = {}
     for name, iid in (("hosta", "i-e2e-a"), ("hostb", "i-e2e-b")):
-        cluster.api(
-            "POST",
-            "/v1/expected",
-            json={"instance_id": iid, "template": "default", "expected_name": name},
-        )
-    a = Machine(base, tmp_path, "hosta", "i-e2e-a", render(url))
+        data[name] = render(url, token_file(cluster, tmp_path, iid, name))
+    a = Machine(base, tmp_path, "hosta", "i-e2e-a", data["hosta"])
     b = Machine(
-        base, tmp_path, "hostb", "i-e2e-b", render(url), extra_binds=(f"{deb}:/tmp/{deb.name}",)
+        base, tmp_path, "hostb", "i-e2e-b", data["hostb"], extra_binds=(f"{deb}:/tmp/{deb.name}",)
     )
     cluster.machines = [a, b]
     try:

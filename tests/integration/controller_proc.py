@@ -63,6 +63,11 @@ class ControllerProcess:
         token = path.read_text().strip() if path.exists() else ""
         return {"Authorization": f"Bearer {token}"} if token else {}
 
+    def join_token(self) -> str:
+        """The cluster join token `serve` made for the run (clusters that configure one know it)."""
+        path = Path(f"{self.db}.join-token")
+        return path.read_text().strip() if path.exists() else ""
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)

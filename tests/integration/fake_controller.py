@@ -49,6 +49,10 @@ ACCEPT = {
     "key": INSTANCE,
     "provisioned": True,
     "template": TEMPLATE,
+    "protocol": "1.1",
+    "credential": "host-credential-1",
+    "worker_credential": "worker-credential-1",
+    "incarnation": 1,
 }
 REFUSAL = {
     "protocol": "1.0",

@@ -54,9 +54,15 @@ class World:
         )
 
     def agent(self, instance: str, host: str, **kw: Any) -> AgentProcess:
+        kw.setdefault("token", self.ctl.join_token())
         agent = AgentProcess(self.tmp, self.ctl.url, instance, host, **kw).start()
         self.agents.append(agent)
         return agent
+
+    def record(self, instance_id: str) -> dict[str, Any]:
+        """An instance's record, found by instance id (host paths take names only)."""
+        hosts = self.api("GET", "/v1/hosts", params={"all": "true"})
+        return next(h for h in hosts if h["instance_id"] == instance_id)
 
     def host(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.api("GET", f"/v1/hosts/{name}")
@@ -73,6 +79,10 @@ def world(tmp_path: Path) -> Iterator[World]:
     w = World(tmp_path)
     yield w
     w.close()
+
+
+def contact_detail(agent: AgentProcess) -> str:
+    return str(agent.state().get("controller", {}).get("detail", ""))
 
 
 def environ(pid: int) -> dict[str, str]:
@@ -96,11 +106,12 @@ def test_provisioned_join_by_instance_id_hands_the_template_to_the_worker(world:
     assert agent.state()["controller"]["state"] == "connected"
 
 
-def test_join_matched_by_host_name(world: World) -> None:
+def test_join_matched_by_host_name_must_carry_the_expected_instance_id(world: World) -> None:
     world.expect("i-cloud", expected_name="node2")
     agent = world.agent("i-other", "node2")
-    wait_for(agent.worker_pid)
-    assert world.host("node2")["key"] == "i-cloud"
+    wait_for(lambda: "belongs to instance i-cloud" in contact_detail(agent))
+    assert "join token refused: HTTP 409 duplicate" in contact_detail(agent)
+    assert agent.worker_pid() is None and world.host("node2")["state"] == "expected"
 
 
 def test_unmatched_join_accepted_with_default_template(world: World) -> None:
@@ -143,7 +154,7 @@ def test_duplicate_instance_id_is_refused(world: World) -> None:
 
 def test_overdue_record_then_late_join(world: World) -> None:
     world.expect("i-late", deadline_in=0.3)
-    wait_for(lambda: world.host("i-late")["state"] == "overdue")
+    wait_for(lambda: world.record("i-late")["state"] == "overdue")
     assert [h["instance_id"] for h in world.api("GET", "/v1/to-return")] == ["i-late"]
     agent = world.agent("i-late", "late1")
     wait_for(agent.worker_pid)
@@ -155,9 +166,11 @@ def test_controller_down_at_boot_then_back(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctl = ControllerProcess(tmp_path, CLUSTER.format(unmatched="accept"))
+    config = CLUSTER.format(unmatched="accept") + "auth: {join_token: boot-join-token}\n"
+    ctl = ControllerProcess(tmp_path, config)
     ctl.port = port
-    agent = AgentProcess(tmp_path, f"http://127.0.0.1:{port}", "i-1", "node1").start()
+    url = f"http://127.0.0.1:{port}"
+    agent = AgentProcess(tmp_path, url, "i-1", "node1", token="boot-join-token").start()
     try:
         wait_for(lambda: agent.state().get("lifecycle") == "running")
         wait_for(lambda: agent.state().get("controller", {}).get("state") == "unreachable")

@@ -20,12 +20,13 @@ host_loss_grace: 3s
 agent_max_restart_backoff: 1s
 rejoin_allowance: 1s
 defaults: {join_deadline: 10m, drain_timeout: 5m, drain_policy: requeue}
-auth: {admin_token: adm1n}
+auth: {admin_token: adm1n, join_token: j0in-t0ken}
 templates:
   default: {slots: 2}
   gpu-large: {type: X86_64, model: gpu, slots: 8, host_groups: [gpu], roles: [worker]}
 """
 ADMIN = {"Authorization": "Bearer adm1n"}
+JOIN = {"Authorization": "Bearer j0in-t0ken"}
 
 
 @pytest.fixture
@@ -36,9 +37,15 @@ def ctl(tmp_path: Path) -> Iterator[ControllerProcess]:
 
 
 def post(
-    ctl: ControllerProcess, path: str, body: object = None, admin: bool = True, **kw: object
+    ctl: ControllerProcess,
+    path: str,
+    body: object = None,
+    admin: bool = True,
+    bearer: str = "",
+    **kw: object,
 ) -> requests.Response:
-    headers = ADMIN if admin else {}
+    """An admin call; else an agent's: with `bearer` (its host credential) or the join token."""
+    headers = ADMIN if admin else ({"Authorization": f"Bearer {bearer}"} if bearer else JOIN)
     return requests.post(ctl.url + path, json=body or {}, headers=headers, timeout=10, **kw)  # type: ignore[arg-type]
 
 
@@ -101,8 +108,8 @@ def test_malformed_requests_get_a_4xx_json_error(
 
 
 def test_watch_returns_as_soon_as_the_host_changes(ctl: ControllerProcess) -> None:
-    post(ctl, "/v1/join", {"host": "n1"}, admin=False)
-    version = post(ctl, "/v1/hosts/n1/heartbeat", {}, admin=False).json()["version"]
+    cred = post(ctl, "/v1/join", {"host": "n1"}, admin=False).json()["credential"]
+    version = post(ctl, "/v1/hosts/n1/heartbeat", {}, admin=False, bearer=cred).json()["version"]
     began = time.monotonic()
     import threading
 
@@ -112,7 +119,10 @@ def test_watch_returns_as_soon_as_the_host_changes(ctl: ControllerProcess) -> No
 
     threading.Thread(target=later).start()
     r = requests.get(
-        ctl.url + "/v1/hosts/n1/watch", params={"since": version, "timeout": 20}, timeout=30
+        ctl.url + "/v1/hosts/n1/watch",
+        params={"since": version, "timeout": 20},
+        headers={"Authorization": f"Bearer {cred}"},
+        timeout=30,
     )
     assert time.monotonic() - began < 5
     assert r.status_code == 410
@@ -122,7 +132,7 @@ def test_watch_returns_as_soon_as_the_host_changes(ctl: ControllerProcess) -> No
         "host": "n1",
         "instance_id": "",
         "reason": "test",
-        "protocol": "1.0",
+        "protocol": "1.1",
         "message": "host n1 (instance -) was decommissioned: test",
     }
 
@@ -146,9 +156,10 @@ def test_jobs_drain_and_to_return_through_xcecli(ctl: ControllerProcess) -> None
         )
 
     assert cli("expect", "i-7", "--template", "default", "--name", "n7").returncode == 0
-    post(ctl, "/v1/join", {"host": "n7", "instance_id": "i-7"}, admin=False)
+    cred = post(ctl, "/v1/join", {"host": "n7", "instance_id": "i-7"}, admin=False).json()
+    assert cred["incarnation"] == 1
     assert "job 1 assigned" in cli("submit", "--", "sleep", "100").stdout
-    post(ctl, "/v1/hosts/n7/jobs/1/started", {}, admin=False)
+    post(ctl, "/v1/hosts/n7/jobs/1/started", {}, admin=False, bearer=cred["credential"])
     out = cli("decommission", "n7", "--policy", "kill", "--drain-timeout", "0.5")
     assert "n7: draining" in out.stdout
     time.sleep(1.2)

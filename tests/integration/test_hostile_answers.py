@@ -242,6 +242,19 @@ CASES: dict[str, Case] = {
     "join-accepted-without-protocol": Case(
         answer(200, {k: v for k, v in ACCEPT.items() if k != "protocol"}), on=("join",)
     ),
+    "join-without-a-credential": Case(  # a controller before protocol 1.1
+        answer(
+            200,
+            {
+                **{k: v for k, v in ACCEPT.items() if "credential" not in k},
+                "protocol": "1.0",
+            },
+        ),
+        on=("join",),
+        check=detail_says(
+            "controller (protocol 1.0) issues no host credential: this agent needs protocol 1.1"
+        ),
+    ),
     "join-without-template": Case(
         answer(200, {k: v for k, v in ACCEPT.items() if k != "template"}),
         on=("join",),
@@ -339,6 +352,16 @@ CASES: dict[str, Case] = {
         answer(403, {"protocol": "1.0", "error": "unmatched", "message": "no such instance"}),
         on=("join",),
         check=shown_as_refused("unmatched"),
+    ),
+    "repeated-401-unknown-credential": Case(
+        answer(401, {"protocol": "1.1", "error": "unknown_credential", "message": "?"}),
+        on=("heartbeat",),
+        seen=4,
+        check=one_watch_and_few_threads,
+    ),
+    "409-stale-incarnation": Case(
+        answer(409, {"protocol": "1.1", "error": "stale_incarnation", "message": "old"}),
+        check=shown_as_refused("host credential refused: HTTP 409 stale_incarnation"),
     ),
     "409-duplicate": Case(
         answer(409, {"protocol": "1.0", "error": "duplicate", "message": "taken"}),

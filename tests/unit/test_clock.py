@@ -35,7 +35,7 @@ def test_wall_steps_do_not_move_the_clock() -> None:
 def test_a_wall_clock_step_does_not_make_hosts_lost(tmp_path: Path) -> None:
     wall, mono = Fake(1_000_000.0), Fake(5.0)
     ctl = Controller(CFG, Store(tmp_path / "db"), SteadyClock(wall, mono))
-    host = ctl.join(lc.JoinRequest(name="n1"))
+    host, _, _ = ctl.join(lc.JoinRequest(name="n1", token=ctl.cfg.join_token))
     wall.now += 3600.0  # longer than the 30 s grace
     mono.now += 1.0
     assert ctl._due(host, ctl.clock()) == []  # read from the wall: lost, its jobs requeued

@@ -244,7 +244,7 @@ def test_instance_id_auto_reads_cloud_init_instance_data(tmp_path: Path) -> None
 def test_token_file_is_read_and_never_shown(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("tok-123\n")
-    path = write(tmp_path, minimal(top=f"controller:\n  url: http://x\n  token_file: {token}\n"))
+    path = write(tmp_path, minimal(top=f"controller:\n  url: https://x\n  token_file: {token}\n"))
     config = load_config(path)
     assert config.controller is not None and config.controller.token == "tok-123"
     assert "tok-123" not in repr(config)

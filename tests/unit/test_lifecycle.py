@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from xce_agent.errors import ConfigError
-from xce_controller import deadlines
+from xce_controller import credentials, deadlines
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig, Template, load_cluster_config
@@ -31,6 +31,7 @@ class World:
         self.now = 0.0
         self.seen: dict[str, float] = {}
         self.alive_since = 0.0  # when the (simulated) controller process started
+        self.credentials: dict[str, str] = {}  # instance id or name -> last issued credential
 
     def commit(self, facts: list[Fact]) -> list[Fact]:
         for fact in facts:
@@ -73,10 +74,19 @@ class World:
         self.seen = {}
 
     def join(self, name: str, iid: str = "", **kw: object) -> str:
-        req = lc.JoinRequest(name=name, instance_id=iid, **kw)  # type: ignore[arg-type]
+        """Join as an agent does: again with the credential the last join issued."""
+        kw.setdefault("token", self.credentials.get(iid or name, ""))
+        secret = credentials.mint()
+        req = lc.JoinRequest(
+            name=name,
+            instance_id=iid,
+            issue=credentials.seal(secret),
+            **kw,  # type: ignore[arg-type]
+        )
         host, facts = lc.join(self.cluster, self.cfg, self.now, req)
         self.commit(facts)
         self.seen[host.key] = self.now
+        self.credentials[iid or name] = secret
         return host.key
 
     def submit(self, slots: int = 1, host: str = "") -> int:
@@ -131,8 +141,8 @@ def test_join_matches_by_instance_id_name_and_address() -> None:
     w.expect("i-2", expected_name="node2")
     w.expect("i-3", expected_address="10.0.0.3")
     assert w.join("anything", "i-1") == "i-1"
-    assert w.join("node2", "cloud-id-unknown") == "i-2"
-    assert w.join("node3", addresses=("127.0.0.1", "10.0.0.3")) == "i-3"
+    assert w.join("node2", "i-2") == "i-2"
+    assert w.join("node3", "i-3", addresses=("127.0.0.1", "10.0.0.3")) == "i-3"
     one = w.cluster.hosts["i-1"]
     assert one.state is HostState.OPEN and one.provisioned and one.template == "gpu"
     assert one.history[-1].why == "joined as provisioned instance"
@@ -152,12 +162,12 @@ def test_unmatched_join_accepted_with_default_or_refused() -> None:
 def test_second_host_claiming_a_matched_instance_is_refused() -> None:
     w = World()
     w.expect("i-1")
-    w.join("node1", "i-1")
+    w.join("node1", "i-1", boot_id="boot-1")
     with pytest.raises(lc.Refused) as info:
         w.join("node-impostor", "i-1")
     assert info.value.kind == "duplicate" and info.value.status == 409
-    assert w.join("node1", "i-1", boot_id="new-boot") == "i-1"  # the same host rejoining
-    assert w.cluster.hosts["i-1"].boot_id == "new-boot"
+    assert w.join("node1", "i-1", boot_id="boot-1") == "i-1"  # the same boot, answer lost
+    assert w.cluster.hosts["i-1"].incarnation == 2
 
 
 def test_per_instance_token_is_checked() -> None:

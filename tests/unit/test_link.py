@@ -12,22 +12,33 @@ import pytest
 from xce_agent import link as lk
 from xce_agent import membership as ms
 from xce_agent.config import ControllerConfig
+from xce_agent.credential import HostCredential
 from xce_agent.link import ControllerLink, clamp, retry_delay
-from xce_protocol.protocol import Answer, Outcome
+from xce_protocol.protocol import Answer, Identity, Outcome
 
 E = TypeVar("E")
 TEMPLATE = {"name": "default", "slots": 1}
 ACCEPTED = Answer(
     Outcome.ACCEPTED,
     "open",
-    {"host": "n1", "state": "open", "template": TEMPLATE, "heartbeat_interval": 0.01},
+    {
+        "host": "n1",
+        "state": "open",
+        "template": TEMPLATE,
+        "heartbeat_interval": 0.01,
+        "credential": "host-credential",
+        "worker_credential": "worker-credential",
+        "incarnation": 1,
+    },
 )
 
 
 class FakeClient:
     config = ControllerConfig("http://ctl", timeout=0.5, max_retry_delay=1.0)
+    me = Identity("n1", "i-1")
 
     def __init__(self) -> None:
+        self.credential: HostCredential | None = None
         self.lock = threading.Lock()
         self.calls = {"join": 0, "heartbeat": 0, "watch": 0, "notice": 0}
         self.watching = 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xce_controller import deadlines, notices
+from xce_controller import credentials, deadlines, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig, Template, load_cluster_config
@@ -32,6 +32,7 @@ class World:
         self.cluster = Cluster()
         self.facts: list[Fact] = []
         self.now = 0.0
+        self.credentials: dict[str, str] = {}  # host name -> the credential its last join issued
 
     def commit(self, facts: list[Fact]) -> None:
         for fact in facts:
@@ -45,10 +46,17 @@ class World:
         self.commit(jobmodel.place(self.cluster, self.cfg, to))
 
     def join(self, name: str, boot: str = "b1") -> str:
+        """Join as an agent does: again with the credential the last join issued."""
         before = self.cluster.host_by_name(name)
-        host, facts = lc.join(
-            self.cluster, self.cfg, self.now, lc.JoinRequest(name=name, boot_id=boot)
+        secret = credentials.mint()
+        req = lc.JoinRequest(
+            name=name,
+            boot_id=boot,
+            token=self.credentials.get(name, ""),
+            issue=credentials.seal(secret),
         )
+        host, facts = lc.join(self.cluster, self.cfg, self.now, req)
+        self.credentials[name] = secret
         self.commit(facts)
         self.commit(
             notices.after_join(

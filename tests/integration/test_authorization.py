@@ -1,0 +1,209 @@
+"""The authorization matrix, generated from the OpenAPI document: every operation is called
+with every kind of bearer, and the exact answer is asserted.
+
+An operation names the bearers it takes in its `security` (JoinToken, HostCredential,
+ProvisionerToken, AdminToken; none: public). A new operation is covered as soon as it exists:
+it needs a valid request in REQUESTS and its security must be one of the classes in ANSWERS,
+or this test fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from xce_controller.api import create_app
+from xce_controller.config import load_cluster_config
+from xce_controller.service import Controller
+from xce_controller.store import Store
+
+ADMIN, PROVISIONER, JOIN = "admin-token-0123456789", "prov-token-0123456789", "join-token-0123"
+CONFIG = f"""\
+version: 1
+auth: {{admin_token: {ADMIN}, provisioner_token: {PROVISIONER}, join_token: {JOIN}}}
+templates:
+  default: {{slots: 2}}
+"""
+BEARERS = (
+    "none",
+    "wrong",
+    "join token",
+    "other host",
+    "stale",
+    "provisioner",
+    "admin",
+    "own",
+    "own worker",
+)
+
+# A valid request of each operation, in a world where h1 (unprovisioned, joined twice from
+# boot b1: its first credential is stale), h2 and i-3 (decommissioned, to be returned) exist.
+REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any] | None]] = {
+    ("get", "/v1/info"): ("/v1/info", None),
+    ("post", "/v1/join"): ("/v1/join", {"host": "h1", "boot_id": "b-other"}),
+    ("post", "/v1/hosts/{name}/heartbeat"): ("/v1/hosts/h1/heartbeat", {"agent_state": "running"}),
+    ("get", "/v1/hosts/{name}/watch"): ("/v1/hosts/h1/watch?timeout=0", None),
+    ("post", "/v1/hosts/{name}/notice"): ("/v1/hosts/h1/notice", {"kind": "rebalance"}),
+    ("post", "/v1/hosts/{name}/jobs/{job_id}/{event}"): ("/v1/hosts/h1/jobs/1/started", {}),
+    ("get", "/v1/expected"): ("/v1/expected", None),
+    ("post", "/v1/expected"): ("/v1/expected", {"instance_id": "i-9", "template": "default"}),
+    ("get", "/v1/to-return"): ("/v1/to-return", None),
+    ("post", "/v1/to-return/{instance_id}/ack"): ("/v1/to-return/i-3/ack", None),
+    ("get", "/v1/hosts"): ("/v1/hosts", None),
+    ("get", "/v1/hosts/{name}"): ("/v1/hosts/h1", None),
+    ("post", "/v1/hosts/{name}/open"): ("/v1/hosts/h1/open", {}),
+    ("post", "/v1/hosts/{name}/close"): ("/v1/hosts/h1/close", {}),
+    ("post", "/v1/hosts/{name}/decommission"): ("/v1/hosts/h1/decommission", {}),
+    ("get", "/v1/jobs"): ("/v1/jobs", None),
+    ("post", "/v1/jobs"): ("/v1/jobs", {"command": ["true"]}),
+    ("post", "/v1/jobs/{job_id}/cancel"): ("/v1/jobs/1/cancel", None),
+    ("get", "/v1/templates"): ("/v1/templates", None),
+}
+
+UNAUTHORIZED = (401, "unauthorized")
+UNKNOWN = (401, "unknown_credential")
+STALE = (409, "stale_incarnation")
+OK = (200, None)
+# The answer of each class of operation (by its security) to each bearer.
+ANSWERS: dict[tuple[str, ...], dict[str, tuple[int, str | None]]] = {
+    (): dict.fromkeys(BEARERS, OK),
+    ("AdminToken",): {
+        **dict.fromkeys(BEARERS, UNAUTHORIZED),
+        "provisioner": (403, "forbidden"),
+        "admin": OK,
+    },
+    ("AdminToken", "ProvisionerToken"): {
+        **dict.fromkeys(BEARERS, UNAUTHORIZED),
+        "provisioner": OK,
+        "admin": OK,
+    },
+    ("HostCredential",): {
+        **dict.fromkeys(BEARERS, UNKNOWN),
+        "none": UNAUTHORIZED,
+        "stale": STALE,
+        "own": OK,
+    },
+    ("HostCredential", "WorkerCredential"): {
+        **dict.fromkeys(BEARERS, UNKNOWN),
+        "none": UNAUTHORIZED,
+        "stale": STALE,
+        "own": OK,
+        "own worker": OK,
+    },
+    ("HostCredential", "JoinToken"): {
+        **dict.fromkeys(BEARERS, UNAUTHORIZED),
+        "join token": (409, "already_joined"),  # h1 joined before, from another boot
+        "stale": STALE,
+        "own": OK,
+    },
+}
+CREATED = {("post", "/v1/expected"), ("post", "/v1/jobs")}
+
+
+class World:
+    def __init__(self, tmp: Path) -> None:
+        cfg_path = tmp / "cluster.yaml"
+        cfg_path.write_text(CONFIG)
+        self.ctl = Controller(load_cluster_config(cfg_path), Store(tmp / "db"))
+        self.app = create_app(self.ctl)
+        stale = self.join("h1", JOIN)
+        self.credential = self.join("h1", stale)
+        worker = self.worker
+        self.bearers = {
+            "none": None,
+            "wrong": "not-a-credential",
+            "join token": JOIN,
+            "other host": self.join("h2", JOIN),
+            "stale": stale,
+            "provisioner": PROVISIONER,
+            "admin": ADMIN,
+            "own": self.credential,
+            "own worker": worker,
+        }
+        expect = {"instance_id": "i-3", "template": "default", "expected_name": "h3"}
+        self.call("post", "/v1/expected", expect, ADMIN)
+        self.call("post", "/v1/hosts/h3/decommission", {}, ADMIN)
+        self.call("post", "/v1/hosts/h2/close", {}, ADMIN)
+        job = self.call("post", "/v1/jobs", {"command": ["sleep", "1"], "host": "h1"}, ADMIN)
+        assert job.status_code == 201 and job.json()["assigned"] == "host:h1", job.text
+
+    def join(self, name: str, bearer: str) -> str:
+        r = self.call("post", "/v1/join", {"host": name, "boot_id": "b1"}, bearer)
+        assert r.status_code == 200, r.text
+        credential: str = r.json()["credential"]
+        self.worker: str = r.json()["worker_credential"]
+        return credential
+
+    def call(
+        self, method: str, path: str, body: dict[str, Any] | None, bearer: str | None
+    ) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+
+        async def go() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app, client=("192.0.2.7", 40000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://ctl") as client:
+                return await client.request(method.upper(), path, json=body, headers=headers)
+
+        return asyncio.run(go())
+
+    def close(self) -> None:
+        self.ctl.store.close()
+
+
+def operations() -> list[tuple[str, str, tuple[str, ...]]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        world = World(Path(tmp))
+        doc = world.call("get", "/openapi.json", None, None).json()
+        world.close()
+    found = []
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            schemes = tuple(sorted(name for alt in op.get("security", []) for name in alt))
+            found.append((method, path, schemes))
+    return found
+
+
+OPERATIONS = operations()
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = World(tmp_path)
+    yield w
+    w.close()
+
+
+def test_every_operation_is_in_the_matrix() -> None:
+    assert len(OPERATIONS) >= 16
+    for method, path, schemes in OPERATIONS:
+        assert (method, path) in REQUESTS, f"add a valid request for {method} {path}"
+        assert schemes in ANSWERS, f"{method} {path}: unknown security {schemes}"
+    public = [(m, p) for m, p, s in OPERATIONS if not s]
+    assert public == [("get", "/v1/info")], "a new public operation needs a reason"
+
+
+@pytest.mark.parametrize("bearer", BEARERS)
+@pytest.mark.parametrize(("method", "path", "schemes"), OPERATIONS)
+def test_authorization_matrix(
+    world: World, method: str, path: str, schemes: tuple[str, ...], bearer: str
+) -> None:
+    url, body = REQUESTS[(method, path)]
+    before = len(world.ctl.store.facts())
+    answer = world.call(method, url, body, world.bearers[bearer])
+    status, kind = ANSWERS[schemes][bearer]
+    if status == 200 and (method, path) in CREATED:
+        status = 201
+    got = answer.json().get("error") if answer.status_code >= 400 else None
+    assert (answer.status_code, got) == (status, kind), answer.text
+    if status in {401, 403}:  # a refused caller changes nothing
+        assert len(world.ctl.store.facts()) == before
+    if kind == "stale_incarnation":  # recorded as a fact, and the host still works
+        assert world.ctl.store.facts()[-1].kind == "refused"
+        ok = world.call("post", "/v1/hosts/h1/heartbeat", {}, world.credential)
+        assert ok.status_code == 200

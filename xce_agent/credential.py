@@ -1,0 +1,104 @@
+"""The host credential the controller issued at join, kept in the state directory (0600).
+
+It is what lets an agent restart or a reboot carry on as the same incarnation of the host
+without a second join. It is bound to the host name, the instance id and the controller URL
+it was issued for: a copy under another identity (a reused image, a changed config) is not
+presented, so that host joins afresh with its join token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xce_protocol.atomic_file import write_atomic
+
+log = logging.getLogger(__name__)
+
+CREDENTIAL_FILE = "credential.json"
+
+
+@dataclass(frozen=True)
+class HostCredential:
+    host: str
+    instance_id: str
+    controller_url: str
+    incarnation: int
+    secret: str = field(repr=False)
+    worker_secret: str = field(default="", repr=False)  # the worker's, for its own calls
+
+
+def _secret(value: Any) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= 512 else None
+
+
+def from_answer(
+    body: dict[str, Any],
+    host: str,
+    instance_id: str,
+    url: str,
+    previous: HostCredential | None = None,
+) -> HostCredential | None:
+    """The credential a join (or renewing heartbeat) answer carries; None when it carries
+    none (a controller before protocol 1.1). A renewal keeps the worker's credential."""
+    secret = _secret(body.get("credential"))
+    if secret is None:
+        return None
+    incarnation = body.get("incarnation")
+    if not isinstance(incarnation, int) or isinstance(incarnation, bool):
+        incarnation = 0
+    worker = _secret(body.get("worker_credential"))
+    if worker is None:
+        worker = previous.worker_secret if previous is not None else ""
+    return HostCredential(host, instance_id, url, incarnation, secret, worker)
+
+
+class CredentialStore:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / CREDENTIAL_FILE
+
+    def peek(self) -> HostCredential | None:
+        """The stored credential, whoever it was issued to; None if none or unreadable."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return HostCredential(**data)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, TypeError) as exc:
+            log.error("%s: unreadable host credential ignored (%s)", self.path, type(exc).__name__)
+            return None
+
+    def load(self, host: str, instance_id: str, url: str) -> HostCredential | None:
+        """The stored credential if it was issued to this identity; None otherwise."""
+        cred = self.peek()
+        if cred is None:
+            return None
+        if (cred.host, cred.instance_id, cred.controller_url) != (host, instance_id, url):
+            log.info(
+                "host credential was issued to %s/%s at %s, not this host: joining afresh",
+                cred.host,
+                cred.instance_id,
+                cred.controller_url,
+            )
+            return None
+        return cred
+
+    def save(self, cred: HostCredential) -> None:
+        data = {
+            "host": cred.host,
+            "instance_id": cred.instance_id,
+            "controller_url": cred.controller_url,
+            "incarnation": cred.incarnation,
+            "secret": cred.secret,
+            "worker_secret": cred.worker_secret,
+        }
+        write_atomic(self.path, json.dumps(data, indent=2) + "\n", mode=0o600)
+
+    def clear(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)

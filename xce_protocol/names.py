@@ -1,0 +1,42 @@
+"""What a host name, an instance id and a template name may be, for both sides of the protocol.
+
+The controller keys provisioned records by instance id and the others by `host:NAME`; a name
+that could be mistaken for a key (a colon), or that cannot travel in a URL path unescaped (a
+slash, a percent sign, a space), is refused at the door rather than misread later.
+"""
+
+from __future__ import annotations
+
+import re
+
+# RFC 1123 labels, dot-separated; the first character alphanumeric. No colon: never a key.
+HOST_NAME = r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*$"
+HOST_NAME_MAX = 253
+# Cloud instance ids: i-0abc (AWS), numbers (GCE), UUIDs (Azure, OpenStack), names elsewhere.
+INSTANCE_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+INSTANCE_ID_MAX = 128
+TEMPLATE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+TEMPLATE_MAX = 63
+
+# The same, or nothing (optional fields of the wire protocol).
+INSTANCE_ID_OR_NONE = r"^(|[A-Za-z0-9][A-Za-z0-9_.-]{0,127})$"
+TEMPLATE_OR_NONE = r"^(|[A-Za-z0-9][A-Za-z0-9_.-]{0,62})$"
+HOST_NAME_OR_NONE = (
+    r"^(|[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*)$"
+)
+
+_HOST_RE = re.compile(HOST_NAME)
+_INSTANCE_RE = re.compile(INSTANCE_ID)
+_TEMPLATE_RE = re.compile(TEMPLATE)
+
+
+def is_host_name(text: str) -> bool:
+    return len(text) <= HOST_NAME_MAX and _HOST_RE.fullmatch(text) is not None
+
+
+def is_instance_id(text: str) -> bool:
+    return _INSTANCE_RE.fullmatch(text) is not None
+
+
+def is_template(text: str) -> bool:
+    return _TEMPLATE_RE.fullmatch(text) is not None
