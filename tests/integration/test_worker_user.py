@@ -25,7 +25,7 @@ import requests
 
 from tests.integration.agents import AgentProcess
 from tests.integration.controller_proc import ControllerProcess
-from tests.integration.fake_controller import HOST, INSTANCE, FakeController
+from tests.integration.fake_controller import ACCEPT, HOST, INSTANCE, FakeController
 from tests.integration.helpers import wait_for
 
 TOKEN = "s3cret-join-token"
@@ -75,7 +75,8 @@ def test_worker_user_reads_template_and_credential_and_nobody_else_does(base: Pa
         nobody = pwd.getpwnam("nobody")
         assert (out / "uid").read_text().strip() == str(nobody.pw_uid)
         assert json.loads((out / "template").read_text())["template"]["name"] == "default"
-        assert (out / "credential").read_text().strip() == TOKEN
+        # The worker's own credential from the join answer, never the join token.
+        assert (out / "credential").read_text().strip() == ACCEPT["worker_credential"]
         assert (out / "no-state").exists()  # the state itself stays closed to the worker
         assert (out / "env-token").read_text().strip() == "0"  # no token in its environment
 
@@ -86,7 +87,8 @@ def test_worker_user_reads_template_and_credential_and_nobody_else_does(base: Pa
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (nobody.pw_uid, 0o400)
         assert not any(TOKEN in p.read_text(errors="replace") for p in state.rglob("*.json"))
         assert not (state / "credential").exists()
-        for name in ("template.json", "state.json"):
+        assert stat.S_IMODE(os.stat(state / "credential.json").st_mode) == 0o600
+        for name in ("template.json", "state.json", "credential.json"):
             denied = as_stranger("/bin/cat", str(state / name))
             assert denied.returncode != 0 and "Permission denied" in denied.stderr, name
         assert as_stranger("/bin/ls", str(state)).returncode != 0
