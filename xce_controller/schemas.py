@@ -70,7 +70,7 @@ class JoinBody(Lenient):
         "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
     )
     template: str = Field("", max_length=names.TEMPLATE_MAX, pattern=names.TEMPLATE_OR_NONE)
-    provider: str = Field("", max_length=64)
+    provider: str = Field("", max_length=253)
     addresses: list[Short] = Field(default_factory=list, max_length=64)
     boot_id: str = Field("", max_length=64)
     roles: list[Short] = Field(default_factory=list, max_length=16)
@@ -270,7 +270,7 @@ class ExpectBody(Strict):
     deadline_in: Optional[
         Annotated[float, Field(gt=0, le=10 * 365 * 86400), BeforeValidator(_json_number)]
     ] = None
-    provider: str = Field("", max_length=64)
+    provider: str = Field("", max_length=253)
     join_token: str = Field("", max_length=512, description="a per-instance join token")
     mint_join_token: bool = Field(
         False, description="mint a per-instance join token; the answer shows it once"

@@ -28,12 +28,14 @@ host_loss_grace: 3s
 agent_max_restart_backoff: 1s
 rejoin_allowance: 1s
 defaults: {join_deadline: 10m, drain_timeout: 5m, drain_policy: requeue}
-auth: {admin_token: adm1n}
+auth: {admin_token: adm1n, join_token: j0in-t0ken}
 templates:
   default: {slots: 2}
   gpu: {slots: 8}
 """
 ADMIN = {"Authorization": "Bearer adm1n"}
+JOIN = {"Authorization": "Bearer j0in-t0ken"}
+CREDENTIALS: dict[tuple[int, str], str] = {}  # (controller port, host name) -> its credential
 
 
 @pytest.fixture
@@ -43,9 +45,25 @@ def ctl(tmp_path: Path) -> Iterator[ControllerProcess]:
     proc.stop()
 
 
+def _bearer(ctl: ControllerProcess, path: str, body: Any) -> dict[str, str]:
+    """What the caller of `path` presents: a host its credential (a join, the join token until
+    it has one), everyone else the admin token."""
+    parts = path.split("/")
+    if path == "/v1/join":
+        held = CREDENTIALS.get((ctl.port, str(body.get("host"))))
+        return {"Authorization": f"Bearer {held}"} if held else JOIN
+    if len(parts) > 4 and parts[2] == "hosts" and parts[4] in ("heartbeat", "watch", "jobs"):
+        return {"Authorization": f"Bearer {CREDENTIALS.get((ctl.port, parts[3]), '')}"}
+    return ADMIN
+
+
 def call(ctl: ControllerProcess, method: str, path: str, body: Any = None) -> requests.Response:
     kw: dict[str, Any] = {"json": body} if method == "POST" else {"params": body}
-    return requests.request(method, ctl.url + path, headers=ADMIN, timeout=10, **kw)
+    headers = _bearer(ctl, path, body)
+    r = requests.request(method, ctl.url + path, headers=headers, timeout=10, **kw)
+    if path == "/v1/join" and r.status_code == 200:
+        CREDENTIALS[(ctl.port, r.json()["host"])] = r.json()["credential"]
+    return r
 
 
 def state(ctl: ControllerProcess, name: str) -> str:
@@ -143,7 +161,10 @@ def test_kill_9_under_concurrent_writes_loses_no_acknowledged_change(tmp_path: P
                     with lock:
                         acked["expected"].append(iid)
                 r = session.post(
-                    ctl.url + "/v1/join", json={"host": f"h{w}-{k}", "instance_id": iid}, timeout=5
+                    ctl.url + "/v1/join",
+                    json={"host": f"h{w}-{k}", "instance_id": iid},
+                    headers=JOIN,
+                    timeout=5,
                 )
                 if r.status_code == 200:
                     with lock:
@@ -426,7 +447,7 @@ def test_an_idle_controller_of_10000_hosts_does_next_to_no_work(tmp_path: Path) 
         for fact in new:
             apply(cluster, fact)
         if i % 2:
-            req = lc.JoinRequest(name=f"n{i}", instance_id=f"i-{i}")
+            req = lc.JoinRequest(name=f"n{i}", instance_id=f"i-{i}", token="j0in-t0ken")
             joined = lc.join(cluster, cfg, now, req)[1]
             for fact in joined:
                 apply(cluster, fact)
@@ -439,7 +460,8 @@ def test_an_idle_controller_of_10000_hosts_does_next_to_no_work(tmp_path: Path) 
     ctl.start()
     try:
         assert call(ctl, "GET", "/v1/hosts/n9999").json()["state"] == "open"
-        assert call(ctl, "GET", "/v1/hosts/i-9998").json()["state"] == "expected"
+        waiting = {h["instance_id"]: h["state"] for h in call(ctl, "GET", "/v1/expected").json()}
+        assert waiting["i-9998"] == "expected"  # host paths take names, never record keys
         assert ctl.proc is not None
         stat = Path(f"/proc/{ctl.proc.pid}/stat")
 
