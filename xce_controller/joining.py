@@ -119,7 +119,7 @@ def _check_identity(cluster: Cluster, record: Host, req: JoinRequest) -> None:
         if not req.instance_id:
             raise Refused(
                 "instance_id_required",
-                422,
+                409,
                 f"host {req.name} is instance {record.instance_id}: the join must carry it",
             )
         raise Refused(
