@@ -72,6 +72,11 @@ HOST = HTTPBearer(
     description="the credential the join answer issued (renewed when the agent starts): "
     "this host's calls only",
 )
+READ = HTTPBearer(
+    auto_error=False,
+    scheme_name="ReadToken",
+    description="auth.read_token: reads only (GETs, /v1/events, /metrics, the status page)",
+)
 WORKER = HTTPBearer(
     auto_error=False,
     scheme_name="WorkerCredential",
@@ -124,6 +129,19 @@ def _provisioner(
     raise lc.Refused("unauthorized", 401, "provisioner or admin token missing or wrong")
 
 
+def _viewer(
+    request: Request,
+    admin: Annotated[Bearer, Depends(ADMIN)],
+    read: Annotated[Bearer, Depends(READ)],
+) -> str:
+    """The admin or read-only token, as a bearer or the status page's cookie."""
+    token = _token(admin)
+    ctl = request.app.state.controller
+    if not observe_api.signed_in(ctl, request, f"Bearer {token}" if token else None):
+        raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
+    return "admin" if _same(token, ctl.cfg.admin_token) else "reader"
+
+
 Admin = Annotated[str, Depends(_admin)]
 Provisioner = Annotated[str, Depends(_provisioner)]
 HostBearer = Annotated[Bearer, Depends(HOST)]
@@ -157,7 +175,7 @@ def create_app(ctl: Controller) -> FastAPI:
     )
 
     app.state.controller = ctl
-    observe_api.install(app, ctl)
+    observe_api.install(app, ctl, _viewer)
     app.add_middleware(BodyLimit, limit=ctl.cfg.max_request_body, protocol=PROTOCOL)
 
     @app.exception_handler(lc.Refused)
@@ -316,7 +334,7 @@ def create_app(ctl: Controller) -> FastAPI:
             raise
         if not body.renew:
             return answer(ctl.heartbeat(host, report))
-        host, secret = ctl.renew(ctl.heartbeat(host, report))
+        host, secret = ctl.renew(ctl.heartbeat(host, report), body.boot_id)
         return {**answer(host), "credential": secret, "incarnation": host.incarnation}
 
     @app.post("/v1/hosts/{name}/notice", response_model=HostAnswer, responses=ERRORS)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from xce_controller import lifecycle as lc
@@ -56,8 +56,9 @@ def check_viewer(request: Request, authorization: Optional[str]) -> None:
         raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
 
 
-def install(app: FastAPI, ctl: Controller) -> None:
-    """Add metrics, the events stream and the status page to the API app."""
+def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
+    """Add metrics, the events stream and the status page to the API app. `viewer` is the
+    API's check of the admin or read-only token, so the OpenAPI document names both."""
     metrics = Metrics(ctl)
     hub = EventHub(ctl)
     app.state.metrics = metrics
@@ -79,11 +80,10 @@ def install(app: FastAPI, ctl: Controller) -> None:
         since: int = Query(0, ge=0, description="only events after this sequence number"),
         host: str = Query("", max_length=253, description="only events about this host"),
         follow: bool = Query(False, description="keep the stream open for new events"),
-        authorization: Optional[str] = Header(None),
+        by: str = Depends(viewer),
     ) -> StreamingResponse:
         """Committed facts as newline-delimited JSON, oldest first; with `follow`, each new
         one as it is committed (an idle stream sends a blank line every 15 s)."""
-        check_viewer(request, authorization)
         return StreamingResponse(_ndjson(hub, since, host, follow), media_type=NDJSON)
 
     from xce_controller.ui import install_ui

@@ -2,7 +2,9 @@
 with every kind of bearer, and the exact answer is asserted.
 
 An operation names the bearers it takes in its `security` (JoinToken, HostCredential,
-ProvisionerToken, AdminToken; none: public). A new operation is covered as soon as it exists:
+ProvisionerToken, AdminToken, ReadToken; none: public). The read-only token also reads every
+admin or provisioner GET, and the endpoints outside the document (/metrics, the status page)
+are in the matrix too. A new operation is covered as soon as it exists:
 it needs a valid request in REQUESTS and its security must be one of the classes in ANSWERS,
 or this test fails.
 """
@@ -24,9 +26,14 @@ from xce_controller.service import Controller
 from xce_controller.store import Store
 
 ADMIN, PROVISIONER, JOIN = "admin-token-0123456789", "prov-token-0123456789", "join-token-0123"
+READ = "read-token-0123456789"
 CONFIG = f"""\
 version: 1
-auth: {{admin_token: {ADMIN}, provisioner_token: {PROVISIONER}, join_token: {JOIN}}}
+auth:
+  admin_token: {ADMIN}
+  provisioner_token: {PROVISIONER}
+  join_token: {JOIN}
+  read_token: {READ}
 templates:
   default: {{slots: 2}}
 """
@@ -38,6 +45,7 @@ BEARERS = (
     "stale",
     "provisioner",
     "admin",
+    "read",
     "own",
     "own worker",
 )
@@ -64,6 +72,7 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any] | None]] = {
     ("post", "/v1/jobs"): ("/v1/jobs", {"command": ["true"]}),
     ("post", "/v1/jobs/{job_id}/cancel"): ("/v1/jobs/1/cancel", None),
     ("get", "/v1/templates"): ("/v1/templates", None),
+    ("get", "/v1/events"): ("/v1/events", None),
 }
 
 UNAUTHORIZED = (401, "unauthorized")
@@ -96,6 +105,11 @@ ANSWERS: dict[tuple[str, ...], dict[str, tuple[int, str | None]]] = {
         "own": OK,
         "own worker": OK,
     },
+    ("AdminToken", "ReadToken"): {
+        **dict.fromkeys(BEARERS, UNAUTHORIZED),
+        "admin": OK,
+        "read": OK,
+    },
     ("HostCredential", "JoinToken"): {
         **dict.fromkeys(BEARERS, UNAUTHORIZED),
         "join token": (409, "already_joined"),  # h1 joined before, from another boot
@@ -104,6 +118,23 @@ ANSWERS: dict[tuple[str, ...], dict[str, tuple[int, str | None]]] = {
     },
 }
 CREATED = {("post", "/v1/expected"), ("post", "/v1/jobs")}
+READS = {("AdminToken",), ("AdminToken", "ProvisionerToken")}  # the read token reads these
+
+
+def expected(method: str, schemes: tuple[str, ...], bearer: str) -> tuple[int, str | None]:
+    if bearer == "read" and method == "get" and schemes in READS:
+        return OK
+    return ANSWERS[schemes][bearer]
+
+
+# Outside the OpenAPI document: the metrics scrape and the status page (which sends a caller
+# without a viewer's token to its login form).
+VIEWED = {"admin", "read"}
+OUTSIDE = {
+    "/metrics": (401, "unauthorized"),
+    "/ui": (303, None),
+    "/ui/hosts/h1": (303, None),
+}
 
 
 class World:
@@ -123,6 +154,7 @@ class World:
             "stale": stale,
             "provisioner": PROVISIONER,
             "admin": ADMIN,
+            "read": READ,
             "own": self.credential,
             "own worker": worker,
         }
@@ -148,7 +180,9 @@ class World:
         async def go() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app, client=("192.0.2.7", 40000))
             async with httpx.AsyncClient(transport=transport, base_url="http://ctl") as client:
-                return await client.request(method.upper(), path, json=body, headers=headers)
+                return await client.request(
+                    method.upper(), path, json=body, headers=headers, follow_redirects=False
+                )
 
         return asyncio.run(go())
 
@@ -196,7 +230,7 @@ def test_authorization_matrix(
     url, body = REQUESTS[(method, path)]
     before = len(world.ctl.store.facts())
     answer = world.call(method, url, body, world.bearers[bearer])
-    status, kind = ANSWERS[schemes][bearer]
+    status, kind = expected(method, schemes, bearer)
     if status == 200 and (method, path) in CREATED:
         status = 201
     got = answer.json().get("error") if answer.status_code >= 400 else None
@@ -207,3 +241,23 @@ def test_authorization_matrix(
         assert world.ctl.store.facts()[-1].kind == "refused"
         ok = world.call("post", "/v1/hosts/h1/heartbeat", {}, world.credential)
         assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("bearer", BEARERS)
+@pytest.mark.parametrize("path", sorted(OUTSIDE))
+def test_metrics_and_the_status_page_take_the_admin_or_read_token(
+    world: World, path: str, bearer: str
+) -> None:
+    before = len(world.ctl.store.facts())
+    answer = world.call("get", path, None, world.bearers[bearer])
+    if bearer in VIEWED:
+        assert answer.status_code == 200, answer.text
+        assert ("xce_controller_hosts" if path == "/metrics" else "h1") in answer.text
+        return
+    status, kind = OUTSIDE[path]
+    assert answer.status_code == status, answer.text
+    if kind:
+        assert answer.json()["error"] == kind
+    else:
+        assert answer.headers["location"] == "/ui/login"
+    assert len(world.ctl.store.facts()) == before
