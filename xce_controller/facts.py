@@ -86,6 +86,7 @@ def _renewed(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
             incarnation=int(d["incarnation"]),
             next_credential_hash=d["credential_hash"],
             past_credentials=_past(host, host.next_credential_hash),
+            boot_id=d.get("boot_id") or host.boot_id,  # a renewal after a reboot
         )
     )
     return {key}

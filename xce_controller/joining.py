@@ -305,14 +305,13 @@ def speaker(
     return host, facts
 
 
-def renew(host: Host, now: float, sealed: str) -> Fact:
+def renew(host: Host, now: float, sealed: str, boot_id: str = "") -> Fact:
     """A new credential for an agent that (re)started: its copy on any other disk (an image,
-    a clone) becomes stale once this host presents the new one."""
-    return fact(
-        "renewed",
-        now,
-        host.name,
-        key=host.key,
-        incarnation=host.incarnation + 1,
-        credential_hash=sealed,
+    a clone) becomes stale once this host presents the new one. `boot_id` is the boot the
+    agent runs in (a reboot resumes here, not by a join)."""
+    data: dict[str, Any] = dict(
+        key=host.key, incarnation=host.incarnation + 1, credential_hash=sealed
     )
+    if boot_id:
+        data["boot_id"] = boot_id
+    return fact("renewed", now, host.name, **data)

@@ -281,10 +281,14 @@ class Controller:
             self.commit(facts)
         return self.cluster.hosts[host.key]
 
-    def renew(self, host: Host) -> tuple[Host, str]:
-        """A new credential for the host's next incarnation (its agent started)."""
+    def renew(self, host: Host, boot_id: str = "") -> tuple[Host, str]:
+        """A new credential for the host's next incarnation (its agent started). A host back
+        from a reboot resumes here, without a join: what a join does after a notice's reboot
+        (the notice ends, a host it closed reopens) is done here too."""
+        now = self.clock()
         secret = credentials.mint()
-        self.commit([joining.renew(host, self.clock(), credentials.seal(secret))])
+        self.commit([joining.renew(host, now, credentials.seal(secret), boot_id)])
+        self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
         return self.cluster.hosts[host.key], secret
 
     def _keep_record(self, refused: lc.Refused) -> None:
