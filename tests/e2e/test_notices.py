@@ -96,7 +96,7 @@ class EmulatorProcess:
         self.proc.wait(timeout=10)
 
 
-def user_data(controller_url: str, metadata_url: str) -> str:
+def user_data(controller_url: str, metadata_url: str, token_file: Path) -> str:
     rendered = subprocess.run(
         [
             sys.executable,
@@ -111,6 +111,8 @@ def user_data(controller_url: str, metadata_url: str) -> str:
             "auto",
             "--worker-command",
             "/usr/bin/xce-agent sample-worker",
+            "--token-file",
+            str(token_file),
         ],
         capture_output=True,
         text=True,
@@ -132,12 +134,20 @@ def test_spot_notice_then_poweroff_requeues_at_once(image: Path, tmp_path: Path)
     def api(method: str, path: str, **kw: Any) -> Any:
         return requests.request(method, ctl.url + path, timeout=10, headers=admin, **kw).json()
 
-    api(
+    recorded = api(
         "POST",
         "/v1/expected",
-        json={"instance_id": "i-e2e-spot", "template": "default", "expected_name": "spot1"},
+        json={
+            "instance_id": "i-e2e-spot",
+            "template": "default",
+            "expected_name": "spot1",
+            "mint_join_token": True,
+        },
     )
-    machine = Machine(image, tmp_path, "spot1", "i-e2e-spot", user_data(ctl.url, emulator.url))
+    token = tmp_path / "join-token"
+    token.write_text(recorded["join_token"] + "\n")
+    data = user_data(ctl.url, emulator.url, token)
+    machine = Machine(image, tmp_path, "spot1", "i-e2e-spot", data)
     try:
         machine.boot()
         machine.wait_for(lambda: api("GET", "/v1/hosts/spot1")["state"] == "open", 180, "join")

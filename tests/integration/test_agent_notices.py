@@ -87,7 +87,15 @@ class World:
             f"cloud: {{provider: {provider}, metadata_url: '{self.emulator.url}', "
             "poll_interval: 0.2s}\n"
         )
-        agent = Agent(self.tmp, self.ctl.url, "i-1", "node1", worker=worker, extra=cloud)
+        agent = Agent(
+            self.tmp,
+            self.ctl.url,
+            "i-1",
+            "node1",
+            worker=worker,
+            extra=cloud,
+            token=self.ctl.join_token(),
+        )
         if component:
             text = agent.config.read_text()
             agent.config.write_text(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.integration.bearers import Bearers
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
 from xce_controller.store import Store
@@ -22,12 +23,12 @@ heartbeat_interval: 1s
 host_loss_grace: 3s
 agent_max_restart_backoff: 1s
 rejoin_allowance: 1s
-auth: {admin_token: adm1n}
+auth: {admin_token: adm1n, join_token: j0in-t0ken}
 templates:
   default: {slots: 2}
 notices: {margin: 10s, rebalance_reopen: 2s}
 """
-ADMIN = {"Authorization": "Bearer adm1n"}
+BEARERS = Bearers("adm1n", "j0in-t0ken")
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def ctl(tmp_path: Path) -> Iterator[ControllerProcess]:
 
 
 def call(ctl: ControllerProcess, method: str, path: str, body: Any = None) -> requests.Response:
-    return requests.request(method, ctl.url + path, json=body, headers=ADMIN, timeout=10)
+    return BEARERS.call(ctl.url, method, path, body)
 
 
 def joined_with_job(ctl: ControllerProcess, name: str = "n1") -> int:
@@ -122,6 +123,30 @@ def test_maintenance_reboot_reopens_when_the_host_rejoins_after_it(ctl: Controll
     assert rebooted["state"] == "open" and rebooted["notice"] is None
 
 
+def test_a_host_back_from_the_shutdown_it_announced_reopens_on_its_renewing_heartbeat(
+    ctl: ControllerProcess,
+) -> None:
+    """A rebooted agent resumes with its credential (a heartbeat that renews it), not a join:
+    that heartbeat ends the notice and reopens the host, as a join after the reboot would."""
+    joined_with_job(ctl)
+    assert notice(ctl, kind="shutdown", provider="os").json()["state"] == "closed"
+
+    def renew(boot: str) -> dict[str, Any]:
+        body = {"instance_id": "i-n1", "boot_id": boot, "renew": True}
+        r = call(ctl, "POST", "/v1/hosts/n1/heartbeat", body)
+        assert r.status_code == 200, r.text
+        BEARERS.held[(ctl.url, "n1")] = r.json()["credential"]
+        answer: dict[str, Any] = r.json()
+        return answer
+
+    same_boot = renew("b1")  # an agent restart, no reboot: the notice still stands
+    assert same_boot["state"] == "closed" and same_boot["notice"]["kind"] == "shutdown"
+    rebooted = renew("b2")
+    assert rebooted["state"] == "open" and rebooted["notice"] is None
+    host = call(ctl, "GET", "/v1/hosts/n1").json()
+    assert host["state"] == "open" and host["notice"] is None
+
+
 def test_lost_host_with_a_notice_is_listed_to_return_with_it(ctl: ControllerProcess) -> None:
     call(ctl, "POST", "/v1/expected", {"instance_id": "i-n1", "template": "default"})
     joined_with_job(ctl)
@@ -153,10 +178,17 @@ def test_bad_notices_are_refused_with_the_field(
 
 def test_notice_for_another_instance_or_unknown_host_is_refused(ctl: ControllerProcess) -> None:
     joined_with_job(ctl)
+    # n1's credential speaks for n1 only: as another instance, or for a host it is not.
     r = call(ctl, "POST", "/v1/hosts/n1/notice", {"kind": "shutdown", "instance_id": "i-other"})
-    assert r.status_code == 404
-    r = call(ctl, "POST", "/v1/hosts/ghost/notice", {"kind": "shutdown"})
-    assert r.status_code == 404
+    assert (r.status_code, r.json()["error"]) == (401, "unknown_credential")
+    held = BEARERS.held[(ctl.url, "n1")]
+    r = requests.post(
+        ctl.url + "/v1/hosts/ghost/notice",
+        json={"kind": "shutdown"},
+        headers={"Authorization": f"Bearer {held}"},
+        timeout=10,
+    )
+    assert (r.status_code, r.json()["error"]) == (401, "unknown_credential")
     assert call(ctl, "GET", "/v1/hosts/n1").json()["state"] == "open"
 
 

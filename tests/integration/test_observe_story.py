@@ -59,7 +59,8 @@ class Sides:
         self.textfile = tmp / "node-exporter" / "xce-agent.prom"
         self.textfile.parent.mkdir()
         extra = f"metrics: {{textfile: '{self.textfile}', listen: '127.0.0.1:{self.port}'}}\n"
-        self.agent = AgentProcess(tmp, self.ctl.url, "i-1", "node1", extra=extra)
+        token = self.ctl.join_token()
+        self.agent = AgentProcess(tmp, self.ctl.url, "i-1", "node1", extra=extra, token=token)
 
     def api(self, method: str, path: str, **kw: Any) -> Any:
         r = requests.request(method, self.ctl.url + path, headers=ADMIN, timeout=10, **kw)
