@@ -6,8 +6,9 @@ received is recorded as a fact either way.
 
 * preemption, termination, shutdown: the host is closed to new work; jobs still running at
   `deadline - notices.margin` (at once for shutdown, or with `requeue_at_once`) are requeued.
-* maintenance that reboots: the same before NotBefore; the host reopens once it rejoins after
-  the reboot (a new boot id) or the provider withdraws the event.
+* maintenance that reboots: the same before NotBefore; the host reopens once it is back after
+  the reboot (a new boot id, on its join or on the heartbeat that renews its credential) or
+  the provider withdraws the event.
 * maintenance that pauses (live migration, freeze): recorded and shown; work survives it.
 * rebalance: advice only; the host is closed to new work and reopens by itself after
   `notices.rebalance_reopen` unless a preemption follows.
