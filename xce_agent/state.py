@@ -27,7 +27,10 @@ STATE_FILE = "state.json"
 # What the agent (or an earlier version) keeps in its state directory; anything else means
 # the directory is shared (state_directory: /var/lib, /tmp, /), which the agent must not close.
 _OWN_NAMES = frozenset(
-    ("state.json", "template.json", "output", "control.sock", "credential", "agent.lock")
+    (
+        *("state.json", "template.json", "output", "control.sock", "credential", "agent.lock"),
+        "credential.json",  # credential.py: the host and worker credentials of the last join
+    )
 )
 _OWN_PREFIXES = (
     *(".state.json.", ".template.json.", "state.json.corrupt-", ".credential."),

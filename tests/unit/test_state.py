@@ -133,3 +133,16 @@ def test_status_shows_uptime_next_retry_note_tail_and_staleness() -> None:
     stale = render_status(state, 1090.0, live=False)
     assert stale.startswith("STALE: the agent is not running")
     assert "lifecycle:   running (stale)" in stale and " gone " in stale
+
+
+def test_the_files_the_agent_writes_mark_its_own_state_directory(tmp_path: Path) -> None:
+    """A restart finds what the last run left (the host credential of its join among it) and
+    takes the directory as its own; one foreign file still refuses it."""
+    from xce_agent.credential import CREDENTIAL_FILE
+
+    for name in ("state.json", "template.json", CREDENTIAL_FILE, ".credential.json.x1"):
+        (tmp_path / name).write_text("{}")
+    StateStore(tmp_path).ensure_directory()
+    (tmp_path / "postgresql").mkdir()
+    with pytest.raises(StateError, match="postgresql"):
+        StateStore(tmp_path).ensure_directory()
