@@ -34,6 +34,8 @@ from xce_controller.schemas import (
     JobReportBody,
     JoinAnswer,
     JoinBody,
+    LeaseAnswer,
+    LeaseBody,
     NoticeBody,
     SubmitBody,
     TemplateUse,
@@ -382,6 +384,29 @@ def create_app(ctl: Controller) -> FastAPI:
             jobmodel.job_report(ctl.cluster, ctl.clock(), host, job_id, event, body.exit_code)
         )
         return job(ctl.cluster.jobs[job_id])
+
+    @app.post("/v1/leases/{lease}", response_model=LeaseAnswer, responses=ERRORS)
+    async def acquire_lease(
+        request: Request, lease: str, body: LeaseBody, credential: HostBearer
+    ) -> dict[str, Any]:
+        host = ctl.agent_host(body.host, "", _token(credential), _peer(request))
+        held = ctl.leases.acquire(lease, host.name, body.session, body.ttl)
+        return ctl.leases.describe(held)
+
+    @app.delete("/v1/leases/{lease}", response_model=LeaseAnswer, responses=ERRORS)
+    async def release_lease(
+        request: Request,
+        lease: str,
+        credential: HostBearer,
+        host: Annotated[str, Query(min_length=1, max_length=253)],
+        session: Annotated[str, Query(min_length=1, max_length=64)],
+    ) -> dict[str, Any]:
+        speaker = ctl.agent_host(host, "", _token(credential), _peer(request))
+        return ctl.leases.describe(ctl.leases.release(lease, speaker.name, session))
+
+    @app.get("/v1/leases", response_model=list[LeaseAnswer], responses=ERRORS)
+    async def list_leases(by: Admin) -> list[dict[str, Any]]:
+        return ctl.leases.listing()
 
     @app.post("/v1/expected", response_model=ExpectAnswer, status_code=201, responses=ERRORS)
     async def expect(body: ExpectBody, by: Provisioner) -> dict[str, Any]:

@@ -244,6 +244,11 @@ def _job_waiting(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     return set()
 
 
+def _lease(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    """Leases are not cluster state: xce_controller/leases.py replays these facts."""
+    return set()
+
+
 _HANDLERS = {
     "expected": _expected,
     "joined": _joined,
@@ -261,4 +266,6 @@ _HANDLERS = {
     "job_requeued": _job_requeued,
     "job_killed": _job_killed,
     "job_waiting": _job_waiting,
+    "lease_granted": _lease,
+    "lease_released": _lease,
 }

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from xce_controller import leases
 from xce_protocol import names
 
 
@@ -60,6 +61,8 @@ class ErrorBody(BaseModel):
     instance_id: Optional[str] = None
     reason: Optional[str] = None
     incarnation: Optional[int] = Field(None, description="stale_incarnation: the current one")
+    token: Optional[int] = Field(None, description="lease_held: the holder's fencing token")
+    expires_in: Optional[float] = Field(None, description="lease_held: seconds the hold lasts")
     protocol: str = "1.1"
 
 
@@ -309,3 +312,29 @@ class InfoAnswer(BaseModel):
     host_loss_grace: float
     unmatched_joins: str
     templates: list[str]
+
+
+class LeaseBody(Strict):
+    host: str = Name
+    session: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=leases.SESSION,
+        description="the agent run asking: a restarted agent is a new holder",
+    )
+    ttl: Annotated[
+        float, Field(ge=leases.TTL_MIN, le=leases.TTL_MAX), BeforeValidator(_json_number)
+    ] = Field(description="seconds the lease lasts from this request unless renewed")
+
+
+class LeaseAnswer(BaseModel):
+    lease: str
+    state: Literal["held", "expired", "free"]
+    host: str = Field(description="the holder; empty unless held")
+    session: str
+    token: int = Field(description="fencing token of the latest grant: grows with every grant")
+    ttl: float
+    expires_in: Optional[float] = Field(description="seconds until the hold ends, if held")
+    expires_at: Optional[float] = Field(description="the same as a wall-clock time")
+    granted_at: Optional[float]
+    last_holder: str = Field(description="the host of the latest grant")

@@ -23,6 +23,7 @@ from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
 from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
+from xce_controller.lease_desk import LeaseDesk
 from xce_controller.model import TERMINAL, Fact, Host
 from xce_controller.store import StorageUnavailable, Store
 from xce_controller.timers import Timers
@@ -59,6 +60,7 @@ class Controller:
         if problems:
             raise ConfigError(problems)
         self.cfg = cfg
+        self.leases = LeaseDesk(store)
         # Time the controller was down does not count against hosts (lifecycle.heard_from).
         self.alive_since = self.clock()
         self.reports: dict[str, dict[str, Any]] = store.reports()

@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS hosts (key TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
 
 
@@ -124,6 +125,30 @@ class Store:
             )
             self.db.executemany("INSERT OR REPLACE INTO hosts (key, data) VALUES (?, ?)", rows[1])
             self.db.executemany("INSERT OR REPLACE INTO jobs (id, data) VALUES (?, ?)", rows[2])
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StorageUnavailable(str(exc)) from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    def leases(self) -> list[dict[str, Any]]:
+        """The stored leases (xce_controller/leases.py writes and reads their rows)."""
+        return [json.loads(data) for (data,) in self.db.execute("SELECT data FROM leases")]
+
+    def commit_leases(self, facts: Iterable[Fact], rows: Iterable[dict[str, Any]]) -> None:
+        """Append lease facts and write the lease rows they changed, in one transaction."""
+        fact_rows = [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts]
+        lease_rows = [(r["name"], json.dumps(r, sort_keys=True)) for r in rows]
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(
+                "INSERT INTO facts (kind, at, by, data) VALUES (?, ?, ?, ?)", fact_rows
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO leases (name, data) VALUES (?, ?)", lease_rows
+            )
             self.db.execute("COMMIT")
         except sqlite3.Error as exc:
             self._rollback()

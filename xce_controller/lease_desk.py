@@ -1,0 +1,88 @@
+"""The live leases: the lease machine's decisions stored before they are answered.
+
+Owns the lease book. Expiries run on the monotonic clock, so a wall-clock step can neither
+hand a lease out early nor keep it forever; grants and releases are committed (fsync) with
+their facts before the answer leaves, so a fencing token is never handed out twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from xce_controller import leases
+from xce_controller.lifecycle import Refused
+from xce_controller.store import Store
+
+
+class LeaseDesk:
+    def __init__(
+        self,
+        store: Store,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.monotonic = monotonic
+        self.wall = wall
+        self.started = monotonic()
+        self.book = leases.restored((leases.from_row(row) for row in store.leases()), self.started)
+
+    def _step(self, event: leases.Event) -> leases.Lease:
+        now = self.monotonic()
+        book, facts, answer = leases.step(self.book, event, now)
+        if facts:
+            rows = [leases.to_row(book.get(str(f.data["lease"]))) for f in facts]
+            self.store.commit_leases(facts, rows)
+        self.book = book
+        if isinstance(answer, leases.Busy):
+            raise _busy(answer, now)
+        return answer.lease
+
+    def acquire(self, name: str, host: str, session: str, ttl: float) -> leases.Lease:
+        _check_name(name)
+        return self._step(leases.Acquire(name, host, session, ttl, self.wall()))
+
+    def release(self, name: str, host: str, session: str) -> leases.Lease:
+        _check_name(name)
+        return self._step(leases.Release(name, host, session, self.wall()))
+
+    def describe(self, lease: leases.Lease) -> dict[str, Any]:
+        """A lease as the API shows it: expiry as seconds from now and as a wall time."""
+        now = self.monotonic()
+        live = lease.live(now)
+        left = lease.expires - now if live else None
+        return {
+            "lease": lease.name,
+            "state": "held" if live else ("expired" if lease.held else "free"),
+            "host": lease.host if live else "",
+            "session": lease.session if live else "",
+            "token": lease.token,
+            "ttl": lease.ttl,
+            "expires_in": left,
+            "expires_at": self.wall() + left if left is not None else None,
+            "granted_at": lease.granted_at or None,
+            "last_holder": lease.host,
+        }
+
+    def listing(self) -> list[dict[str, Any]]:
+        return [self.describe(self.book.leases[n]) for n in sorted(self.book.leases)]
+
+
+def _check_name(name: str) -> None:
+    if not leases.is_lease_name(name):
+        raise Refused("bad_request", 422, f"{name[:80]!r} is not a lease name")
+
+
+def _busy(answer: leases.Busy, now: float) -> Refused:
+    lease = answer.lease
+    return Refused(
+        "lease_held",
+        409,
+        f"lease {lease.name} is {answer.why} (token {lease.token}) for "
+        f"{max(0.0, lease.expires - now):.1f}s more",
+        host=lease.host,
+        token=lease.token,
+        expires_in=max(0.0, lease.expires - now),
+    )
