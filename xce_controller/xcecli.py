@@ -347,6 +347,28 @@ def templates(client: Client, as_json: bool) -> None:
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def leases(client: Client, as_json: bool) -> None:
+    """Leases: holder, fencing token and expiry."""
+    data = client.call("GET", "/v1/leases")
+    rows = [
+        [
+            le["lease"],
+            le["state"],
+            le["host"] or "-",
+            str(le["token"]),
+            f"{le['ttl']:g}s",
+            f"{_when(le['expires_at'])} (in {le['expires_in']:.1f}s)" if le["expires_in"] else "-",
+            le["last_holder"] or "-",
+        ]
+        for le in data
+    ]
+    header = ["LEASE", "STATE", "HOLDER", "TOKEN", "TTL", "EXPIRES", "LAST HOLDER"]
+    _out(data, as_json, _table(rows, header))
+
+
+@main.command()
 @click.argument("command", nargs=-1, required=True)
 @click.option("--slots", default=1, show_default=True)
 @click.option("--host", "on_host", default="", help="Run on this host only.")

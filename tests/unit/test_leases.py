@@ -15,7 +15,7 @@ def acquire(book: ls.Book, host: str, now: float, session: str = "s1", ttl: floa
 
 
 def test_first_grant_is_token_one_and_a_fact() -> None:
-    book, facts, answer = acquire(ls.EMPTY, "a", 0.0)
+    _, facts, answer = acquire(ls.EMPTY, "a", 0.0)
     assert isinstance(answer, ls.Held)
     assert answer.lease.token == 1 and answer.lease.host == "a" and answer.lease.expires == 10.0
     assert [f.kind for f in facts] == [ls.GRANTED] and facts[0].data["token"] == 1
@@ -107,7 +107,7 @@ def test_replay_of_the_facts_gives_the_stored_rows() -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_random_histories_never_have_two_live_holders_and_tokens_grow(seed: int) -> None:
-    rnd = random.Random(seed)
+    rnd = random.Random(seed)  # noqa: S311 - a reproducible history
     book, now, last_token = ls.EMPTY, 0.0, 0
     stored: list[Fact] = []
     for _ in range(300):

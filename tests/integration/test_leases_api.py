@@ -1,0 +1,189 @@
+"""Leases on a real controller process: grants, refusals, release, xcecli, kill -9 and restart."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.integration.controller_proc import ControllerProcess
+from xce_controller import leases
+from xce_controller.store import Store
+
+TTL = 1.5
+CONFIG = """\
+version: 1
+heartbeat_interval: 1s
+host_loss_grace: 60s
+auth: {admin_token: adm1n, join_token: j0in-t0ken}
+templates:
+  default: {slots: 2}
+"""
+ADMIN = {"Authorization": "Bearer adm1n"}
+
+
+@pytest.fixture
+def ctl(tmp_path: Path) -> Iterator[ControllerProcess]:
+    proc = ControllerProcess(tmp_path, CONFIG).start()
+    yield proc
+    proc.stop()
+
+
+def join(ctl: ControllerProcess, name: str) -> dict[str, str]:
+    r = requests.post(
+        ctl.url + "/v1/join",
+        json={"host": name, "boot_id": "b1"},
+        headers={"Authorization": "Bearer j0in-t0ken"},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    return {"Authorization": f"Bearer {r.json()['credential']}"}
+
+
+def take(
+    ctl: ControllerProcess, cred: dict[str, str], host: str, session: str = "s1"
+) -> requests.Response:
+    body = {"host": host, "session": session, "ttl": TTL}
+    return requests.post(ctl.url + "/v1/leases/prov", json=body, headers=cred, timeout=10)
+
+
+def give_back(ctl: ControllerProcess, cred: dict[str, str], host: str) -> requests.Response:
+    params = {"host": host, "session": "s1"}
+    return requests.delete(ctl.url + "/v1/leases/prov", params=params, headers=cred, timeout=10)
+
+
+def listing(ctl: ControllerProcess) -> dict[str, dict[str, object]]:
+    r = requests.get(ctl.url + "/v1/leases", headers=ADMIN, timeout=10)
+    assert r.status_code == 200, r.text
+    return {le["lease"]: le for le in r.json()}
+
+
+def wait_for(what: str, check, timeout: float = 20.0) -> requests.Response:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = check()
+        if answer.status_code == 200 or time.monotonic() > deadline:
+            assert answer.status_code == 200, f"{what}: {answer.text}"
+            return answer  # type: ignore[no-any-return]
+        time.sleep(0.05)
+
+
+def test_grant_refuse_renew_release(ctl: ControllerProcess) -> None:
+    a, b = join(ctl, "a"), join(ctl, "b")
+    first = take(ctl, a, "a")
+    assert first.status_code == 200, first.text
+    assert (first.json()["token"], first.json()["host"], first.json()["state"]) == (1, "a", "held")
+    busy = take(ctl, b, "b")
+    assert busy.status_code == 409 and busy.json()["error"] == "lease_held"
+    assert busy.json()["host"] == "a" and 0 < busy.json()["expires_in"] <= TTL
+    renewed = take(ctl, a, "a")
+    assert renewed.status_code == 200 and renewed.json()["token"] == 1
+    # A host cannot speak for another, nor release what it does not hold.
+    forged = take(ctl, b, "a")
+    assert forged.status_code == 401 and forged.json()["error"] == "unknown_credential"
+    assert give_back(ctl, b, "b").status_code == 409
+    assert listing(ctl)["prov"]["host"] == "a"
+    released = give_back(ctl, a, "a")
+    assert released.status_code == 200 and released.json()["state"] == "free"
+    second = take(ctl, b, "b")  # at once: no TTL to wait out after a release
+    assert second.status_code == 200 and second.json()["token"] == 2
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xce_controller.xcecli",
+            "--url",
+            ctl.url,
+            "--token",
+            "adm1n",
+            "leases",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert shown.split("\n")[0].split()[:4] == ["LEASE", "STATE", "HOLDER", "TOKEN"]
+    assert shown.split("\n")[1].split()[:4] == ["prov", "held", "b", "2"]
+
+
+def test_expired_lease_goes_to_the_next_host_with_the_next_token(ctl: ControllerProcess) -> None:
+    a, b = join(ctl, "a"), join(ctl, "b")
+    assert take(ctl, a, "a").json()["token"] == 1
+    started = time.monotonic()
+    got = wait_for("b takes over", lambda: take(ctl, b, "b"))
+    assert time.monotonic() - started >= TTL - 0.1  # not before a's TTL ran out
+    assert got.json()["token"] == 2
+    assert take(ctl, a, "a").status_code == 409
+
+
+def test_bad_requests_are_one_line_and_change_nothing(ctl: ControllerProcess) -> None:
+    a = join(ctl, "a")
+    for body in (
+        {"host": "a", "session": "s1", "ttl": 0.1},
+        {"host": "a", "session": "s1", "ttl": "5"},
+        {"host": "a", "session": "bad session", "ttl": 5},
+        {"host": "a", "session": "s1", "ttl": 5, "extra": 1},
+        {"host": "a", "session": "s1"},
+    ):
+        r = requests.post(ctl.url + "/v1/leases/prov", json=body, headers=a, timeout=10)
+        assert r.status_code == 422 and r.json()["error"] == "bad_request", body
+    r = requests.post(
+        ctl.url + "/v1/leases/Bad%20Name",
+        json={"host": "a", "session": "s1", "ttl": 5},
+        headers=a,
+        timeout=10,
+    )
+    assert r.status_code == 422 and "not a lease name" in r.json()["message"]
+    assert listing(ctl) == {}
+    assert take(ctl, a, "a").json()["token"] == 1  # and it still works
+
+
+def test_kill_9_and_restart_keep_tokens_and_wait_one_ttl(ctl: ControllerProcess) -> None:
+    a, b = join(ctl, "a"), join(ctl, "b")
+    assert take(ctl, a, "a").json()["token"] == 1
+    ctl.kill()
+    ctl.start()
+    restarted = time.monotonic()
+    # Nobody but the holder before the restart gets it for one TTL from the start ...
+    assert take(ctl, b, "b").status_code == 409
+    # ... and the holder keeps its token when it renews in time.
+    renewed = take(ctl, a, "a")
+    assert renewed.status_code == 200 and renewed.json()["token"] == 1
+    got = wait_for("b takes over", lambda: take(ctl, b, "b"))
+    assert time.monotonic() - restarted >= TTL - 0.1
+    assert got.json()["token"] == 2
+    ctl.kill()
+    store = Store(ctl.db)
+    try:
+        rows = {r["name"]: r for r in store.leases()}
+        replayed = leases.replay(store.facts())
+    finally:
+        store.close()
+    assert rows["prov"]["token"] == 2 and rows["prov"]["host"] == "b"
+    assert leases.to_row(replayed.get("prov")) == rows["prov"]
+    ctl.start()
+    assert take(ctl, a, "a").status_code == 409
+    got = wait_for("a takes over", lambda: take(ctl, a, "a"))
+    assert got.json()["token"] == 3
+
+
+def test_decommissioned_host_cannot_hold(ctl: ControllerProcess) -> None:
+    a = join(ctl, "a")
+    r = requests.post(ctl.url + "/v1/hosts/a/decommission", json={}, headers=ADMIN, timeout=10)
+    assert r.status_code == 200
+    wait_for(
+        "decommissioned", lambda: requests.get(ctl.url + "/v1/hosts/a", headers=ADMIN, timeout=10)
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        r = take(ctl, a, "a")
+        if r.status_code != 200:
+            break
+        time.sleep(0.05)
+    assert r.status_code == 410 and r.json()["error"] == "decommissioned"
