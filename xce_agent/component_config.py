@@ -16,6 +16,7 @@ import signal
 import urllib.parse
 from pathlib import Path
 
+from xce_agent.singleton_config import parse_singleton, singleton_stop_timeout
 from xce_agent.supervision.spec import (
     ComponentSpec,
     ProbeKind,
@@ -43,6 +44,7 @@ _COMPONENT_KEYS = (
     "decommission_exit_codes",
     "limits",
     "notice_signal",
+    "singleton",
 )
 # Names the agent sets for every component itself; a config may not override them.
 RESERVED_ENV_PREFIX = "XCE_AGENT_"
@@ -51,7 +53,7 @@ _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
 def parse_component(
-    role: str, name: object, node: object, line: int, c: Checker
+    role: str, name: object, node: object, line: int, c: Checker, clustered: bool = True
 ) -> ComponentSpec | None:
     p = f"roles.{role}.components.{name}"
     if not isinstance(name, str) or not NAME.match(name):
@@ -78,13 +80,18 @@ def parse_component(
     stop_signal = _signal(node, p, c)
     notice_signal = _signal(node, p, c, "notice_signal") if "notice_signal" in node else None
     stop_timeout = c.duration(node, "stop_timeout", p, default=10.0)
+    single_ok, singleton = parse_singleton(role, name, node, p, c, clustered)
+    if singleton is not None and stop_timeout is not None:
+        stop_timeout = singleton_stop_timeout(singleton, node, p, stop_timeout, c)
     restart = _restart(node, p, c)
     probe = _probe(node, p, c)
     codes = _exit_codes(node, p, c)
     limits = _limits(node, p, c)
-    if None in (env, command, stop_signal, stop_timeout, restart, codes, limits) or (
-        ("liveness_probe" in node and probe is None)
+    if (
+        None in (env, command, stop_signal, stop_timeout, restart, codes, limits)
+        or ("liveness_probe" in node and probe is None)
         or ("notice_signal" in node and notice_signal is None)
+        or not single_ok
     ):
         return None
     assert command is not None and stop_signal is not None and stop_timeout is not None
@@ -105,6 +112,7 @@ def parse_component(
         decommission_exit_codes=frozenset(codes),
         limits=limits,
         notice_signal=notice_signal,
+        singleton=singleton,
     )
 
 

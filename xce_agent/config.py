@@ -109,7 +109,7 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
         c.report("version", f"{CONFIG_VERSION}", describe(version), c.line_of(doc, "version"))
     controller = _controller(doc, c)
     instance = _instance(doc, c, instance_data)
-    roles, components = _roles(doc, c)
+    roles, components = _roles(doc, c, clustered="controller" in doc)
     state_dir = c.string(doc, "state_directory", "", required=False, expected="an absolute path")
     if state_dir is not None and not state_dir.startswith("/"):
         c.report(
@@ -289,7 +289,7 @@ def _instance_id_from_cloud_init(instance_data: Path, c: Checker, line: int) -> 
 
 
 def _roles(
-    doc: LineDict, c: Checker
+    doc: LineDict, c: Checker, clustered: bool
 ) -> tuple[tuple[str, ...] | None, tuple[ComponentSpec, ...] | None]:
     node = c.mapping(doc, "roles", "")
     if node is None:
@@ -319,9 +319,8 @@ def _roles(
         c.allowed_keys(body, f"roles.{role}", ("components",))
         comps = c.mapping(body, "components", f"roles.{role}")
         for name, spec in (comps or {}).items():
-            parsed = parse_component(
-                str(role), name, spec, comps.key_lines.get(name, 0) if comps else 0, c
-            )
+            line = comps.key_lines.get(name, 0) if comps else 0
+            parsed = parse_component(str(role), name, spec, line, c, clustered)
             if parsed is not None:
                 if parsed.name in seen:
                     c.report(

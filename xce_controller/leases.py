@@ -15,26 +15,21 @@ holder may renew it before then.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from xce_controller.model import Fact
+from xce_protocol import names
 
 GRANTED = "lease_granted"
 RELEASED = "lease_released"
 KINDS = (GRANTED, RELEASED)
 
-NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 SESSION = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 TTL_MIN = 0.5
 TTL_MAX = 3600.0
-_NAME_RE = re.compile(NAME)
-
-
-def is_lease_name(text: str) -> bool:
-    return _NAME_RE.fullmatch(text) is not None
+is_lease_name = names.is_lease_name
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ INSTANCE_ID_MAX = 128
 TEMPLATE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 TEMPLATE_MAX = 63
 
+# Leases (xce_controller/leases.py): lower case, so one lease is never two spellings.
+LEASE_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+
 # The same, or nothing (optional fields of the wire protocol).
 INSTANCE_ID_OR_NONE = r"^(|[A-Za-z0-9][A-Za-z0-9_.-]{0,127})$"
 TEMPLATE_OR_NONE = r"^(|[A-Za-z0-9][A-Za-z0-9_.-]{0,62})$"
@@ -28,6 +31,7 @@ HOST_NAME_OR_NONE = (
 _HOST_RE = re.compile(HOST_NAME)
 _INSTANCE_RE = re.compile(INSTANCE_ID)
 _TEMPLATE_RE = re.compile(TEMPLATE)
+_LEASE_RE = re.compile(LEASE_NAME)
 
 
 def is_host_name(text: str) -> bool:
@@ -40,3 +44,7 @@ def is_instance_id(text: str) -> bool:
 
 def is_template(text: str) -> bool:
     return _TEMPLATE_RE.fullmatch(text) is not None
+
+
+def is_lease_name(text: str) -> bool:
+    return _LEASE_RE.fullmatch(text) is not None

@@ -135,8 +135,8 @@ BAD = [
         minimal("        comand: x\n"),
         "roles.worker.components.w.comand: expected one of the keys command, "
         "decommission_exit_codes, environment, group, limits, liveness_probe, notice_signal, "
-        "restart, stop_signal, stop_timeout, user, working_directory, got unknown key 'comand' "
-        "(F line 9)",
+        "restart, singleton, stop_signal, stop_timeout, user, working_directory, got unknown "
+        "key 'comand' (F line 9)",
     ),
     (
         "version: 1\ninstance:\n  id: i-1\nroles:\n  wrker:\n    components: {}\n",

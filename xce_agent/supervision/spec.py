@@ -72,6 +72,30 @@ class ResourceLimits:
 
 
 @dataclass(frozen=True)
+class SingletonSpec:
+    """Run on one host of the cluster at a time: only while this host holds `lease`.
+
+    A renewal is sent every ttl/3. If none has succeeded by ttl - margin after the send time
+    of the last successful one, the component is stopped (stop signal, SIGKILL at its stop
+    timeout): the margin is the stop timeout plus a guard, so it is dead before the lease
+    can expire at the controller.
+    """
+
+    lease: str
+    ttl: float = 15.0
+
+    @property
+    def guard(self) -> float:
+        """Time left between the component's SIGKILL and the lease's earliest expiry."""
+        return max(0.1 * self.ttl, 0.25)
+
+    @property
+    def max_stop_timeout(self) -> float:
+        """The longest stop timeout that keeps at least half the TTL for renewals."""
+        return max(0.0, self.ttl / 2 - self.guard)
+
+
+@dataclass(frozen=True)
 class ComponentSpec:
     """One supervised program."""
 
@@ -89,3 +113,4 @@ class ComponentSpec:
     decommission_exit_codes: frozenset[int] = frozenset()
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     notice_signal: int | None = None  # sent when a preemption or maintenance notice arrives
+    singleton: SingletonSpec | None = None
