@@ -200,9 +200,13 @@ def test_never_two_against_the_controller_with_delays_drops_pauses_and_restarts(
         if when is not None:
             at(max(when, now), "tick", agent.name)
 
+    def target(now: float) -> Agent:
+        holders = [a for a in agents.values() if a.alive is not None]
+        return holders[0] if holders and rnd.random() < 0.7 else rnd.choice(list(agents.values()))
+
     for agent in agents.values():
         deliver(agent, lh.Want("start"), 0.0)
-    for _ in range(6):
+    for _ in range(10):
         at(rnd.uniform(0, 60), "fault", rnd.choice(["pause", "restart-ctl", "restart-agent"]))
     now = 0.0
     while queue and now < 70:
@@ -231,12 +235,12 @@ def test_never_two_against_the_controller_with_delays_drops_pauses_and_restarts(
             event = lh.ComponentUp() if kind == "up" else lh.ComponentDown()
             deliver(agents[str(what)], event, now)
         elif what == "pause":
-            rnd.choice(list(agents.values())).paused_until = now + rnd.uniform(1, 8)
+            target(now).paused_until = now + rnd.uniform(1, 8)
         elif what == "restart-ctl":
             started = now
             book = ls.restored([ls.from_row(ls.to_row(le)) for le in book.leases.values()], now)
         else:  # the agent dies; its fence keeps the deadline; a new run is a new holder
-            agent = rnd.choice(list(agents.values()))
+            agent = target(now)
             agent.session = f"run{seq}"
             agent.state = lh.HolderState()
             deliver(agent, lh.Want("restarted"), now)
