@@ -1,0 +1,160 @@
+"""The fence of a singleton component: runs it, and stops it when its lease deadline passes.
+
+`python3 -m xce_agent.fence --stop-signal N --stop-timeout S -- COMMAND...` is what the agent
+starts for a singleton component. It reads `TOKEN DEADLINE` lines (DEADLINE on the system's
+monotonic clock) from the pipe named by XCE_AGENT_LEASE_FD, starts COMMAND with
+XCE_LEASE_TOKEN and XCE_LEASE_NAME once it has one, and extends the deadline with every
+later line. If the deadline passes (the agent was killed, stopped or cut off and could not
+renew in time), it sends the stop signal to the component's process group, and SIGKILL once
+the stop timeout is over. So the component is dead before its lease can expire at the
+controller even when the agent is not there to stop it.
+
+Otherwise it stays out of the way: the stop signal the supervisor sends to the group reaches
+the component directly, and the fence exits as the component did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+FD_ENV = "XCE_AGENT_LEASE_FD"
+NAME_ENV = "XCE_AGENT_LEASE_NAME"
+TOKEN_ENV = "XCE_LEASE_TOKEN"  # noqa: S105 - a variable name
+LEASE_ENV = "XCE_LEASE_NAME"
+FIRST_LINE_WAIT = 5.0  # the agent writes the deadline when it starts the fence
+EX_TEMPFAIL = 75
+
+
+def line(token: int, deadline: float) -> bytes:
+    return f"{token} {deadline:.6f}\n".encode()
+
+
+class Deadlines:
+    """The lines of the lease pipe: the latest deadline of the first token seen."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+        self.token = 0
+        self.deadline = 0.0
+        self._partial = b""
+        os.set_blocking(fd, False)
+
+    def read(self) -> None:
+        """Take what the pipe holds; on end of file stop watching it (keep the deadline)."""
+        while self.fd is not None:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except BlockingIOError:
+                return
+            if not chunk:
+                os.close(self.fd)
+                self.fd = None
+                return
+            *lines, self._partial = (self._partial + chunk).split(b"\n")
+            for text in lines:
+                self._take(text)
+
+    def _take(self, text: bytes) -> None:
+        try:
+            token_text, deadline_text = text.split()
+            token, deadline = int(token_text), float(deadline_text)
+        except ValueError:
+            return
+        if self.token == 0:
+            self.token = token
+        if token == self.token:
+            self.deadline = max(self.deadline, deadline)
+
+
+def say(message: str) -> None:
+    print(f"xce-agent fence: {message}", file=sys.stderr, flush=True)
+
+
+def wait_first(deadlines: Deadlines, limit: float) -> bool:
+    end = time.monotonic() + limit
+    while deadlines.token == 0 and deadlines.fd is not None:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        select.select([deadlines.fd], [], [], left)
+        deadlines.read()
+    return deadlines.token != 0
+
+
+def enforce(child: subprocess.Popen[bytes], stop_signal: int, stop_timeout: float) -> int:
+    """Stop the whole group: the stop signal, then SIGKILL (which ends this process too)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(0, stop_signal)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(timeout=stop_timeout)
+    os.killpg(0, signal.SIGKILL)  # leftovers of the component too; the fence goes with them
+    return EX_TEMPFAIL  # not reached
+
+
+def supervise(
+    child: subprocess.Popen[bytes], deadlines: Deadlines, stop_signal: int, stop_timeout: float
+) -> int:
+    pidfd = os.pidfd_open(child.pid)
+    while True:
+        left = deadlines.deadline - time.monotonic()
+        if left <= 0:
+            say(f"lease not renewed by its deadline: stopping (token {deadlines.token})")
+            return enforce(child, stop_signal, stop_timeout)
+        watched = [pidfd] + ([deadlines.fd] if deadlines.fd is not None else [])
+        ready, _, _ = select.select(watched, [], [], left)
+        if pidfd in ready:
+            return _mirror(child.wait())
+        if deadlines.fd is not None and deadlines.fd in ready:
+            deadlines.read()
+
+
+def _mirror(status: int) -> int:
+    """Exit as the component did: its code, or its signal."""
+    if status < 0:
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+        return 128 - status
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="xce-agent-fence")
+    parser.add_argument("--stop-signal", type=int, default=int(signal.SIGTERM))
+    parser.add_argument("--stop-timeout", type=float, default=10.0)
+    parser.add_argument("command", nargs="+")
+    args = parser.parse_args(argv)
+    try:
+        fd = int(os.environ.pop(FD_ENV))
+    except (KeyError, ValueError):
+        say(f"{FD_ENV} names no lease pipe: not starting")
+        return EX_TEMPFAIL
+    lease = os.environ.pop(NAME_ENV, "")
+    deadlines = Deadlines(fd)
+    if not wait_first(deadlines, FIRST_LINE_WAIT):
+        say("no lease deadline from the agent: not starting")
+        return EX_TEMPFAIL
+    if deadlines.deadline <= time.monotonic():
+        say(f"lease deadline (token {deadlines.token}) already passed: not starting")
+        return EX_TEMPFAIL
+    # The supervisor's stop signal reaches the component through the group; the fence waits
+    # for it to exit. A caught signal is reset to the default in the component by exec.
+    for signum in {args.stop_signal, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}:
+        signal.signal(signum, lambda *_: None)
+    env = {**os.environ, TOKEN_ENV: str(deadlines.token), LEASE_ENV: lease}
+    try:
+        child = subprocess.Popen(args.command, env=env)
+    except OSError as exc:
+        say(f"cannot start {args.command[0]}: {exc.strerror}")
+        return 127
+    return supervise(child, deadlines, args.stop_signal, args.stop_timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
