@@ -26,11 +26,13 @@ from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, ControlServer
 from xce_agent.credential import CredentialStore
 from xce_agent.handoff import Handoff, HandoffRunner, reader_of
+from xce_agent.lease_client import HttpLeaseCalls
 from xce_agent.metrics_agent import AgentMetrics
 from xce_agent.notice_relay import NoticeRelay
 from xce_agent.notify import Notifier, system_shutting_down, watchdog_interval
 from xce_agent.operator import Operator
 from xce_agent.reports import Reports, host_name
+from xce_agent.singletons import Singletons, fenced
 from xce_agent.state import (
     AgentRecord,
     AgentState,
@@ -48,6 +50,7 @@ from xce_agent.supervision.supervisor import Supervisor
 from xce_protocol.notices import Notice, NoticeKind, NoticeState
 
 if TYPE_CHECKING:
+    from xce_agent.controller_client import ControllerClient
     from xce_agent.link import ControllerLink
     from xce_agent.notice_sender import NoticeSender
 
@@ -105,7 +108,7 @@ class Agent:
             self.containment = containment or cgroups.Detection(None, "test runner")
         self._runner = runner
         self.supervisor = Supervisor(
-            config.components,
+            [fenced(spec) for spec in config.components],
             self.reactor,
             runner,
             output_dir=config.state_directory / "output",
@@ -126,6 +129,17 @@ class Agent:
         self._announcing = False  # telling the controller the system is going down
         self.metrics = AgentMetrics(config.metrics)
         self.metrics.watching_notices = config.cloud.provider != "none"
+        self.lease_client: ControllerClient | None = None
+        self.singletons = Singletons(
+            config.components,
+            self.supervisor,
+            self.reactor,
+            HttpLeaseCalls(
+                lambda: self.lease_client,
+                lambda: self.link.client.credential if self.link is not None else None,
+            ),
+        )
+        self.supervisor.gate = self.singletons
         self._since: dict[str, float] = {}
         self._held: single_agent.Held | None = None
         self._control: ControlServer | None = None
@@ -272,7 +286,8 @@ class Agent:
         self.supervisor.stop_all(reason)
 
     def _done(self) -> bool:
-        return self._leaving == "stop" and self.supervisor.idle()
+        idle = self.supervisor.idle() and not self.singletons.releasing()
+        return self._leaving == "stop" and idle
 
     def _finish(self) -> None:
         self.notices.stop()
@@ -285,6 +300,7 @@ class Agent:
         # Save while the handles are still known: the next agent adopts from this record.
         if self._resumed:
             self._set_lifecycle(lifecycle)
+        self.singletons.close()
         if self._control is not None:
             self._control.close()
         self.supervisor.close()
@@ -427,6 +443,7 @@ class Agent:
 
             me = Identity(self.host, self.config.instance.id)
             client = ControllerClient(self.config.controller, me)
+            self.lease_client = ControllerClient(self.config.controller, me)
             # Resume with the stored credential only while the template of its join is here
             # (a resumed host gets no template); else join afresh.
             if self.handoff.env(self.host, self.config.instance.id) is not None:
@@ -453,6 +470,7 @@ class Agent:
 
     # --- state ------------------------------------------------------------------------
     def _component_changed(self, name: str, cstate: m.ComponentState) -> None:
+        self.singletons.component_changed(name, cstate)
         self._since[name] = time.time()
         self._refresh_components()
         self._workers_down_check()

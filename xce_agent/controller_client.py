@@ -100,6 +100,18 @@ class ControllerClient:
         path = f"/v1/hosts/{self.me.host}/watch?{query}"
         return self._call("GET", path, wait + self.config.timeout)
 
+    def lease(
+        self,
+        method: str,
+        name: str,
+        budget: float,
+        payload: dict[str, Any] | None = None,
+        query: dict[str, str] | None = None,
+    ) -> Answer:
+        """Acquire or renew (POST), or release (DELETE) a lease; `name` is a lease name."""
+        path = f"/v1/leases/{name}" + (f"?{urlencode(query)}" if query else "")
+        return self._call(method, path, budget, payload)
+
     def close(self) -> None:
         """Cut every request in progress (the link is stopping or replacing a thread)."""
         self.inflight.abort_all()

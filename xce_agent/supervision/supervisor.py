@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.cgroups import CgroupTree
@@ -44,6 +45,15 @@ def _ignore_change(name: str, state: m.ComponentState) -> None:
 
 def _ignore_decommission(name: str, code: int) -> None:
     return None
+
+
+class Gate(Protocol):
+    """Who decides when a singleton component may run (xce_agent/singletons.py)."""
+
+    def __contains__(self, name: str) -> bool: ...
+    def holds(self, name: str) -> bool: ...
+    def want(self, name: str, reason: str) -> None: ...
+    def unwant(self, name: str, reason: str) -> None: ...
 
 
 class Supervisor:
@@ -84,6 +94,7 @@ class Supervisor:
         self._queue: deque[tuple[str, m.Event]] = deque()
         self._draining = False
         self._output_dir = output_dir
+        self.gate: Gate | None = None
         self.outputs: dict[str, OutputPipe] = {}
         self._paused: set[str] = set()
         self._killed: set[str] = set()
@@ -121,6 +132,9 @@ class Supervisor:
     ) -> None:
         if name in self.retiring:
             return  # removed from the config: it only stops
+        if self.gate is not None and name in self.gate and not self.gate.holds(name):
+            self.gate.want(name, reason)  # a singleton starts once its lease is held
+            return
         self.post(name, m.Start(reason, code))
 
     def start_all(self, reason: str = "agent started") -> None:
@@ -131,6 +145,8 @@ class Supervisor:
     def stop(
         self, name: str, reason: str = "requested", code: Reason = Reason.COMPONENT_STOPPED
     ) -> None:
+        if self.gate is not None and name in self.gate:
+            self.gate.unwant(name, reason)  # and its lease is given back once it is down
         self.post(name, m.Stop(reason, code))
 
     def stop_all(self, reason: str = "requested") -> None:
@@ -182,6 +198,10 @@ class Supervisor:
 
     def contained_alive(self, name: str) -> bool:
         return self._runner.contained_alive(name)
+
+    def set_env(self, name: str, env: Mapping[str, str], fds: tuple[int, ...] = ()) -> None:
+        """Variables (and inherited descriptors) for the next starts of `name`."""
+        self._runner.set_extra_env(name, env, fds)
 
     def restart(self, name: str, reason: str) -> None:
         """Stop gracefully, then start again (or just start when not running)."""

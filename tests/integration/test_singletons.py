@@ -1,0 +1,45 @@
+"""Singleton components on real agents: one host runs it, a graceful stop hands it over."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import wait_for
+from tests.integration.lease_checker import intervals, violations
+from tests.integration.lease_cluster import LeaseCluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LeaseCluster]:
+    c = LeaseCluster(tmp_path, hosts=3, leases=1, ttl=2.0).start()
+    yield c
+    c.close()
+
+
+def running(c: LeaseCluster) -> list[str]:
+    """Hosts whose probe is running now (its record still ticks)."""
+    now = time.monotonic()
+    spans = intervals(c.records).get("lease-0", [])
+    return [s.host for s in spans if not s.stopped and now - s.end < 0.5]
+
+
+def test_one_host_runs_it_and_a_graceful_stop_hands_it_over(cluster: LeaseCluster) -> None:
+    holder = cluster.wait_all_held()["lease-0"]
+    wait_for(lambda: running(cluster) == [holder], 30)
+    time.sleep(3 * cluster.ttl)  # renewals keep it where it is, and nobody else starts
+    assert running(cluster) == [holder]
+    spans = intervals(cluster.records)["lease-0"]
+    assert [(s.host, s.token) for s in spans] == [(holder, 1)]
+    stopped_at = time.monotonic()
+    cluster.agent(holder).graceful_stop()
+    wait_for(lambda: len(intervals(cluster.records)["lease-0"]) == 2, 30)
+    spans = intervals(cluster.records)["lease-0"]
+    assert spans[0].stopped and spans[1].host != holder and spans[1].token == 2
+    # Released: the next host did not wait out the TTL.
+    assert spans[1].start - stopped_at < cluster.ttl, spans
+    assert violations(spans) == []
+    assert "lease lease-0" in cluster.agent(holder).log()
