@@ -43,6 +43,12 @@ def intervals(directory: Path) -> dict[str, list[Interval]]:
     return found
 
 
+def running(directory: Path, lease: str, now: float) -> list[str]:
+    """Hosts whose component of `lease` shows signs of life now."""
+    spans = intervals(directory).get(lease, [])
+    return [s.host for s in spans if not s.stopped and now - s.end < 0.3]
+
+
 def violations(spans: list[Interval]) -> list[str]:
     """Two intervals at once, or a token smaller than before, or a new holder with the old
     token: each as one line."""

@@ -1,0 +1,43 @@
+"""Never two: three agents and the controller under random fault schedules (blackholed
+traffic, kill -9 of an agent, of a component and of the controller, SIGSTOP longer than the
+TTL); the singleton components' own records show no two running at once, tokens that only
+grow, and a new holder within 2 x TTL of the old one's loss.
+
+XCE_LEASE_SCHEDULES and XCE_LEASE_SEED change the run (`make lease-soak` runs a long one).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+from tests.integration.helpers import wait_for
+from tests.integration.lease_checker import running
+from tests.integration.lease_cluster import LeaseCluster
+from tests.integration.lease_faults import Chaos
+
+SCHEDULES = int(os.environ.get("XCE_LEASE_SCHEDULES", "100"))
+LEASES = int(os.environ.get("XCE_LEASE_LANES", "5"))
+TTL = 2.0
+
+
+def test_never_two_under_random_fault_schedules(tmp_path: Path) -> None:
+    seed = int(os.environ.get("XCE_LEASE_SEED", str(random.SystemRandom().randrange(10**6))))
+    c = LeaseCluster(tmp_path, hosts=3, leases=LEASES, ttl=TTL).start()
+    try:
+        c.wait_all_held()
+        report = Chaos(c, seed).run(SCHEDULES)
+        c.wait_all_held()
+        for lease in c.leases:  # and afterwards each runs once again
+            wait_for(lambda: len(running(c.records, lease, time.monotonic())) == 1, 30)  # noqa: B023
+    finally:
+        c.close()
+    summary = f"seed {seed}: {report.line(TTL)}"
+    print(summary)
+    assert report.schedules >= SCHEDULES, summary
+    assert report.violations == [], f"{summary}\n" + "\n".join(report.violations)
+    assert report.slow == [], f"{summary}\n" + "\n".join(report.slow)
+    assert len(report.takeovers) >= SCHEDULES // 10, summary
+    assert report.intervals > report.schedules // 2, summary
