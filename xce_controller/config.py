@@ -64,6 +64,7 @@ class ClusterConfig:
     read_token: str = field(default="", repr=False)  # metrics, events, status page only
     provisioner_token: str = field(default="", repr=False)
     max_request_body: int = 64 * 1024  # bytes; larger bodies get 413 before they are read
+    on_worker_fatal: str = "close"  # close | replace: what a worker's crash loop does (crash.py)
 
 
 DEFAULT_CONFIG = """\
@@ -98,6 +99,7 @@ _TOP = (
     "auth",
     "notices",
     "limits",
+    "on_worker_fatal",
 )
 TOKENS = ("admin", "provisioner", "join", "read")
 
@@ -122,6 +124,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     allowance = c.duration(doc, "rejoin_allowance", "", default=10.0)
     unmatched = c.choice(doc, "unmatched_joins", "", ("accept", "refuse"), default="accept")
     notices = parse_notice_settings(doc, c)
+    on_fatal = c.choice(doc, "on_worker_fatal", "", ("close", "replace"), default="close")
     admin, provisioner, join, read = _auth(doc, c)
     max_body = _limits(doc, c)
     if None not in (grace, backoff, allowance, interval):
@@ -152,6 +155,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     values = (join_deadline, drain_timeout, interval, grace, backoff, allowance)
     if c.problems or templates is None or policy is None or unmatched is None or notices is None:
         return None
+    assert on_fatal is not None
     nums = [float(v) for v in values if v is not None]
     return ClusterConfig(
         templates,
@@ -169,6 +173,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
         read,
         provisioner,
         max_body,
+        on_worker_fatal=on_fatal,
     )
 
 

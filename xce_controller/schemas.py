@@ -127,6 +127,7 @@ class JoinAnswer(BaseModel):
 
 class ComponentReport(Lenient):
     name: str = Field(max_length=128)
+    role: str = Field("", max_length=32, description="worker: a FATAL one closes the host")
     state: str = Field(max_length=32)
     pid: Optional[JsonInt] = None
     restarts: JsonInt = 0

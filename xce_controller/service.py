@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from xce_controller import credentials, deadlines, joining, notices
+from xce_controller import crash, credentials, deadlines, joining, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
@@ -321,6 +321,7 @@ class Controller:
         self.seen[host.key] = now  # in memory only: docs/controller.md, "Persistence"
         self.reports[host.key] = {**report, "at": now}
         facts = lc.heartbeat(self.cluster, now, host)
+        facts += crash.on_report(self.cluster, self.cfg, now, host, report)
         if facts:
             self.commit(facts)
         host = self.cluster.hosts[host.key]

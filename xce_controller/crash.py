@@ -1,0 +1,51 @@
+"""A worker that gave up on its host (a crash loop, FATAL): pure decisions on a heartbeat.
+
+The host takes no new jobs (closed) as soon as its agent reports a worker-role component
+FATAL. With `on_worker_fatal: replace` it is also drained with the usual policy and so ends
+decommissioned, on the to-return list with the crash as its reason: the provisioner gets a
+new instance for it. With `close` it stays closed until the worker runs again (an operator
+restarted or reset it), and is then opened again; a host an admin closed is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from xce_controller import lifecycle as lc
+from xce_controller.config import ClusterConfig
+from xce_controller.model import Cluster, Fact, Host, HostState
+
+WORKER_FATAL = "worker crash loop"  # the reason a host closed here starts with this
+POLICIES = ("close", "replace")
+
+
+def _workers(components: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [c for c in components if c.get("role") == "worker"]
+
+
+def on_report(
+    cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, report: Mapping[str, Any]
+) -> list[Fact]:
+    """The facts a heartbeat's component report makes due for `host`."""
+    workers = _workers(report.get("components") or ())
+    fatal = [c for c in workers if c.get("state") == "fatal"]
+    ours = host.state is HostState.CLOSED and host.reason.startswith(WORKER_FATAL)
+    if fatal:
+        if host.state is not HostState.OPEN and not (ours and cfg.on_worker_fatal == "replace"):
+            return []  # already closed for it, draining, or closed by an admin
+        c = fatal[0]
+        why = f"{WORKER_FATAL}: {c.get('name')} gave up ({c.get('last_exit') or 'fatal'})"
+        facts = []
+        if host.state is HostState.OPEN:
+            facts.append(
+                lc.fact("state", now, lc.CONTROLLER, key=host.key, state="closed", why=why)
+            )
+        if cfg.on_worker_fatal == "replace":
+            facts += lc.control(cluster, cfg, now, lc.CONTROLLER, host, "decommission", why=why)
+        return facts
+    if ours and workers and all(c.get("state") == "running" for c in workers):
+        names = ", ".join(str(c.get("name")) for c in workers)
+        why = f"worker recovered: {names} running again"
+        return [lc.fact("state", now, lc.CONTROLLER, key=host.key, state="open", why=why)]
+    return []
