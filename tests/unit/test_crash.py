@@ -71,6 +71,12 @@ def test_replace_drains_and_lists_the_instance_for_return_with_the_reason() -> N
 
 def test_other_roles_and_other_states_change_nothing() -> None:
     w, key = joined("replace")
-    for rep in (report("fatal", role="provisioner"), report("running"), {"components": []}, {}):
+    reports: list[dict[str, Any]] = [
+        report("fatal", role="provisioner"),
+        report("running"),
+        {"components": []},
+        {},
+    ]
+    for rep in reports:
         heartbeat(w, key, rep)
     assert w.state(key) is HostState.OPEN
