@@ -68,6 +68,7 @@ class Reports:
             "components": [
                 {
                     "name": c.name,
+                    "role": c.role,
                     "state": c.phase,
                     "pid": c.pid,
                     "restarts": c.restarts,
