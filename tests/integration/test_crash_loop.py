@@ -66,7 +66,7 @@ class Rig:
 
     def host(self) -> dict[str, Any]:
         r = requests.get(self.ctl.url + "/v1/hosts/h1", headers=ADMIN, timeout=10)
-        return r.json() if r.status_code == 200 else {}  # type: ignore[no-any-return]
+        return r.json() if r.status_code == 200 else {}
 
     def to_return(self) -> list[dict[str, Any]]:
         r = requests.get(self.ctl.url + "/v1/to-return", headers=ADMIN, timeout=10)
