@@ -26,6 +26,7 @@ from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, ControlServer
 from xce_agent.credential import CredentialStore
 from xce_agent.handoff import Handoff, HandoffRunner, reader_of
+from xce_agent.join_guard import JoinGuard
 from xce_agent.lease_client import HttpLeaseCalls
 from xce_agent.metrics_agent import AgentMetrics
 from xce_agent.notice_relay import NoticeRelay
@@ -140,6 +141,9 @@ class Agent:
             ),
         )
         self.supervisor.gate = self.singletons
+        self.join_guard = JoinGuard(
+            config, self.reactor, lambda: self.state.membership.detail, self._tell_gave_up
+        )
         self._since: dict[str, float] = {}
         self._held: single_agent.Held | None = None
         self._control: ControlServer | None = None
@@ -249,6 +253,7 @@ class Agent:
         )
         self.handle(boot)
         self.notices.start()
+        self.join_guard.start()
 
     def _install_signals(self) -> None:
         for signum in unused_signals.UNUSED_SIGNALS:
@@ -301,6 +306,7 @@ class Agent:
         if self._resumed:
             self._set_lifecycle(lifecycle)
         self.singletons.close()
+        self.join_guard.close()
         if self._control is not None:
             self._control.close()
         self.supervisor.close()
@@ -312,6 +318,22 @@ class Agent:
         if self._held is not None:
             self._held.release()
             self._held = None
+
+    def _tell_gave_up(self, why: str) -> str:
+        """Tell the controller this instance gives up joining (from the join guard's thread)."""
+        assert self.config.controller is not None
+        from xce_agent.controller_client import ControllerClient
+        from xce_protocol.protocol import Identity
+
+        action = self.config.instance.on_join_timeout
+        client = ControllerClient(
+            self.config.controller, Identity(self.host, self.config.instance.id)
+        )
+        try:
+            answer = client.gave_up(why, action.kind if action else "")
+        finally:
+            client.close()
+        return f"told the controller: {answer.outcome.value} {answer.detail}".strip()
 
     # --- watchdog ---------------------------------------------------------------------
     def _start_watchdog(self) -> None:
@@ -361,6 +383,8 @@ class Agent:
             self._log_standing(before, after)
             self.state = replace(self.state, membership=after)
             self._save()
+        if after.standing is ms.Standing.CONNECTED:
+            self.join_guard.accepted()  # accepted once: the join deadline no longer applies
         if isinstance(event, ms.ConfirmedActive) and actions:
             log.warning("controller says this host is active: starting its worker role again")
         for action in actions:

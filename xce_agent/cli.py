@@ -244,6 +244,17 @@ def demo() -> None:
     is_flag=True,
     help="Allow an http:// controller URL beyond loopback (join token and credential in clear).",
 )
+@click.option(
+    "--join-deadline",
+    default="",
+    help="Give up if not accepted this long after the first start (like 15m).",
+)
+@click.option(
+    "--on-join-timeout",
+    default="poweroff",
+    show_default=True,
+    help="At the join deadline: poweroff, none, or a command line.",
+)
 def render_user_data(
     controller_url: str,
     template: str,
@@ -256,11 +267,14 @@ def render_user_data(
     worker_user: str,
     cloud_notices: str,
     plain_http: bool,
+    join_deadline: str,
+    on_join_timeout: str,
 ) -> None:
     """Print cloud-init user-data that installs the config and starts the agent."""
     import shlex
 
     from xce_agent.userdata import UserData, render
+    from xce_protocol.validation import parse_duration
 
     if not controller_url.startswith(("http://", "https://")):
         click.echo(
@@ -278,6 +292,14 @@ def render_user_data(
             err=True,
         )
         sys.exit(2)
+    if join_deadline and (parse_duration(join_deadline) or 0) < 5:
+        click.echo(
+            f"xce-agent: --join-deadline: expected a duration of 5s or more (like 15m), got "
+            f"{join_deadline!r}",
+            err=True,
+        )
+        sys.exit(2)
+    action = on_join_timeout.strip()
     data = UserData(
         controller_url=controller_url.rstrip("/"),
         template=template,
@@ -290,5 +312,7 @@ def render_user_data(
         worker_user=worker_user,
         cloud_provider=cloud_notices,
         plain_http=plain_http,
+        join_deadline=join_deadline,
+        on_join_timeout=action if action in ("poweroff", "none") else tuple(shlex.split(action)),
     )
     click.echo(render(data), nl=False)

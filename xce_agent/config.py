@@ -14,9 +14,11 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xce_agent import join_deadline
 from xce_agent.cloud_config import NO_CLOUD, CloudConfig, parse_cloud
 from xce_agent.component_config import parse_component
 from xce_agent.errors import ConfigError
+from xce_agent.join_deadline import JoinTimeout
 from xce_agent.metrics_config import MetricsConfig, parse_metrics
 from xce_agent.notice_relay import with_notice_file
 from xce_agent.supervision.spec import ComponentSpec
@@ -52,6 +54,8 @@ class InstanceConfig:
     template: str = "default"
     provider: str = ""
     host_name: str = ""  # the name to join as; "" means this system's host name
+    join_deadline: float | None = None  # seconds from the first start (join_deadline.py)
+    on_join_timeout: JoinTimeout | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,10 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
         )
     log_level = c.choice(doc, "log_level", "", LOG_LEVELS, default="info")
     cloud = parse_cloud(doc, c, instance_data)
+    if instance is not None and instance.join_deadline is not None and "controller" not in doc:
+        node = doc.get("instance")
+        line = c.line_of(node, "join_deadline") if isinstance(node, LineDict) else 0
+        c.report("instance.join_deadline", "a controller section (whom to join)", "none", line)
     metrics = parse_metrics(doc, c)
     if c.problems or instance is None or roles is None or components is None or log_level is None:
         return None
@@ -243,7 +251,8 @@ def _instance(doc: LineDict, c: Checker, instance_data: Path) -> InstanceConfig 
     if node is None:
         return None
     p = "instance"
-    c.allowed_keys(node, p, ("id", "template", "provider", "host_name"))
+    c.allowed_keys(node, p, ("id", "template", "provider", "host_name", *join_deadline.KEYS))
+    join_ok, deadline, on_timeout = join_deadline.parse(node, c)
     ident = c.string(node, "id", p, expected="an instance id or auto")
     template = c.string(
         node,
@@ -268,7 +277,9 @@ def _instance(doc: LineDict, c: Checker, instance_data: Path) -> InstanceConfig 
         ident = _instance_id_from_cloud_init(instance_data, c, node.key_lines.get("id", node.line))
     if ident is None or template is None or provider is None or host_name is None:
         return None
-    return InstanceConfig(ident, template, provider, host_name)
+    if not join_ok:
+        return None
+    return InstanceConfig(ident, template, provider, host_name, deadline, on_timeout)
 
 
 def _instance_id_from_cloud_init(instance_data: Path, c: Checker, line: int) -> str | None:

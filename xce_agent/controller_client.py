@@ -100,6 +100,13 @@ class ControllerClient:
         path = f"/v1/hosts/{self.me.host}/watch?{query}"
         return self._call("GET", path, wait + self.config.timeout)
 
+    def gave_up(self, reason: str, action: str) -> Answer:
+        """This instance gives up joining (its join deadline passed): with the join token."""
+        body = {"host": self.me.host, "instance_id": self.me.instance_id, "reason": reason[:500]}
+        body["action"] = action
+        auth = self.auth_headers()
+        return self._call("POST", "/v1/join-timeout", self.config.timeout, body, auth)
+
     def lease(
         self,
         method: str,

@@ -28,6 +28,8 @@ class UserData:
     decommission_exit_codes: tuple[int, ...] = (100,)
     cloud_provider: str = "auto"  # whose notices the agent watches; none: no cloud section
     plain_http: bool = False  # http:// beyond loopback: tokens in the clear, said so
+    join_deadline: str = ""  # like 15m; "" for none (instance.join_deadline)
+    on_join_timeout: str | tuple[str, ...] = "poweroff"  # poweroff, none or a command
 
 
 def agent_config(data: UserData) -> dict[str, object]:
@@ -41,6 +43,10 @@ def agent_config(data: UserData) -> dict[str, object]:
     instance: dict[str, object] = {"id": data.instance_id, "template": data.template}
     if data.provider:
         instance["provider"] = data.provider
+    if data.join_deadline:
+        instance["join_deadline"] = data.join_deadline
+        action = data.on_join_timeout
+        instance["on_join_timeout"] = action if isinstance(action, str) else list(action)
     roles: dict[str, object] = {}
     for role in data.roles:
         if role == "worker":

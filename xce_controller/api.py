@@ -26,6 +26,8 @@ from xce_controller.schemas import (
     ErrorBody,
     ExpectAnswer,
     ExpectBody,
+    GaveUpAnswer,
+    GaveUpBody,
     HeartbeatBody,
     HostAnswer,
     HostDetail,
@@ -319,6 +321,23 @@ def create_app(ctl: Controller) -> FastAPI:
             "credential": secret,
             "worker_credential": worker,
             "incarnation": host.incarnation,
+        }
+
+    @app.post("/v1/join-timeout", response_model=GaveUpAnswer, responses=ERRORS)
+    async def join_timeout(
+        request: Request, body: GaveUpBody, token: Annotated[Bearer, Depends(JOIN)]
+    ) -> dict[str, Any]:
+        req = lc.JoinRequest(
+            name=body.host, instance_id=body.instance_id, token=_token(token), peer=_peer(request)
+        )
+        why = f"{body.reason} ({body.action})" if body.action else body.reason
+        record = ctl.gave_up(req, why)
+        return {
+            "protocol": PROTOCOL,
+            "host": body.host,
+            "instance_id": record.instance_id,
+            "state": record.state.value,
+            "reason": record.reason,
         }
 
     @app.post("/v1/hosts/{name}/heartbeat", response_model=HostAnswer, responses=ERRORS)

@@ -339,3 +339,20 @@ class LeaseAnswer(BaseModel):
     expires_at: Optional[float] = Field(description="the same as a wall-clock time")
     granted_at: Optional[float]
     last_holder: str = Field(description="the host of the latest grant")
+
+
+class GaveUpBody(Lenient):
+    host: str = Name
+    instance_id: str = Field(
+        "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
+    )
+    reason: str = Field("", max_length=512, description="the last refusal or failure it saw")
+    action: str = Field("", max_length=64, description="what the instance does now: poweroff")
+
+
+class GaveUpAnswer(BaseModel):
+    protocol: str
+    host: str = Field(description="the name the agent gave")
+    instance_id: str
+    state: str = Field(description="the record's state now: overdue")
+    reason: str

@@ -23,6 +23,7 @@ from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
 from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
+from xce_controller.gave_up import gave_up
 from xce_controller.lease_desk import LeaseDesk
 from xce_controller.model import TERMINAL, Fact, Host
 from xce_controller.store import StorageUnavailable, Store
@@ -268,6 +269,12 @@ class Controller:
         self.commit(facts)
         self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
         return self.cluster.hosts[host.key], secret, worker
+
+    def gave_up(self, req: lc.JoinRequest, reason: str) -> Host:
+        """An instance's agent gave up joining by its own deadline (gave_up.py)."""
+        host, facts = gave_up(self.cluster, self.cfg, self.clock(), req, reason)
+        self.commit(facts)
+        return self.cluster.hosts[host.key]
 
     def agent_host(
         self, name: str, instance_id: str, token: str, peer: str = "", worker: bool = False

@@ -72,6 +72,7 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any] | None]] = {
     ("post", "/v1/leases/{lease}"): ("/v1/leases/prov", {"host": "h1", "session": "s1", "ttl": 5}),
     ("delete", "/v1/leases/{lease}"): ("/v1/leases/prov?host=h1&session=s1", None),
     ("get", "/v1/leases"): ("/v1/leases", None),
+    ("post", "/v1/join-timeout"): ("/v1/join-timeout", {"host": "h8", "instance_id": "i-8"}),
     ("post", "/v1/jobs"): ("/v1/jobs", {"command": ["true"]}),
     ("post", "/v1/jobs/{job_id}/cancel"): ("/v1/jobs/1/cancel", None),
     ("get", "/v1/templates"): ("/v1/templates", None),
@@ -120,6 +121,7 @@ ANSWERS: dict[tuple[str, ...], dict[str, tuple[int, str | None]]] = {
         "own": OK,
     },
 }
+ANSWERS[("JoinToken",)] = {**dict.fromkeys(BEARERS, UNAUTHORIZED), "join token": OK}
 CREATED = {("post", "/v1/expected"), ("post", "/v1/jobs")}
 READS = {("AdminToken",), ("AdminToken", "ProvisionerToken")}  # the read token reads these
 
@@ -164,6 +166,8 @@ class World:
         expect = {"instance_id": "i-3", "template": "default", "expected_name": "h3"}
         self.call("post", "/v1/expected", expect, ADMIN)
         self.call("post", "/v1/hosts/h3/decommission", {}, ADMIN)
+        waiting = {"instance_id": "i-8", "template": "default", "expected_name": "h8"}
+        self.call("post", "/v1/expected", waiting, ADMIN)  # its agent may give up joining
         self.call("post", "/v1/hosts/h2/close", {}, ADMIN)
         job = self.call("post", "/v1/jobs", {"command": ["sleep", "1"], "host": "h1"}, ADMIN)
         assert job.status_code == 201 and job.json()["assigned"] == "host:h1", job.text

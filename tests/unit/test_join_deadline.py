@@ -1,0 +1,97 @@
+"""The join deadline: the machine on a fake clock, its record, its config keys, user-data."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from xce_agent import join_deadline as jd
+from xce_agent.config import load_config
+from xce_agent.errors import ConfigError
+from xce_agent.userdata import UserData, render
+
+
+def test_gives_up_once_at_the_deadline_with_the_last_problem() -> None:
+    watch = jd.watch_of(jd.JoinRecord("i-1", first_start=1000.0), 60.0)
+    assert jd.next_due(watch) == 1060.0
+    assert jd.step(watch, jd.Due("refused: unmatched"), 1059.9) == (watch, ())
+    watch, actions = jd.step(watch, jd.Due("refused: unmatched"), 1060.0)
+    assert actions == (jd.GiveUp("refused: unmatched"),) and jd.next_due(watch) is None
+    assert jd.step(watch, jd.Due("again"), 2000.0)[1] == ()
+
+
+def test_a_host_that_joined_once_never_gives_up() -> None:
+    watch = jd.watch_of(jd.JoinRecord("i-1", 1000.0), 60.0)
+    watch, actions = jd.step(watch, jd.Accepted(), 1010.0)
+    assert actions == (jd.Remember(),)
+    assert jd.step(watch, jd.Due("unreachable"), 5000.0)[1] == ()
+    later = jd.watch_of(jd.JoinRecord("i-1", 1000.0, joined=True), 60.0)  # after a restart
+    assert jd.next_due(later) is None and jd.step(later, jd.Due("x"), 9999.0)[1] == ()
+
+
+def test_the_record_survives_restarts_and_a_new_instance_starts_afresh(tmp_path: Path) -> None:
+    first = jd.load(tmp_path, "i-1", 1000.0)
+    assert first == jd.JoinRecord("i-1", 1000.0)
+    assert jd.load(tmp_path, "i-1", 2000.0).first_start == 1000.0  # a restart: not extended
+    jd.save(tmp_path, jd.JoinRecord("i-1", 1000.0, joined=True))
+    assert jd.load(tmp_path, "i-1", 3000.0).joined
+    assert jd.load(tmp_path, "i-2", 4000.0) == jd.JoinRecord("i-2", 4000.0)  # same disk, new id
+    (tmp_path / jd.RECORD_FILE).write_text("{garbage")
+    assert jd.load(tmp_path, "i-2", 5000.0) == jd.JoinRecord("i-2", 5000.0)
+    assert json.loads((tmp_path / jd.RECORD_FILE).read_text())["first_start"] == 5000.0
+
+
+def config(tmp_path: Path, instance: str, controller: bool = True) -> Path:
+    head = "controller: {url: 'http://127.0.0.1:1', token: t}\n" if controller else ""
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"version: 1\n{head}instance: {{id: i-1, {instance}}}\n"
+        f"roles:\n  worker:\n    components:\n      w: {{command: [{sys.executable}]}}\n"
+        f"state_directory: {tmp_path}/state\n"
+    )
+    return path
+
+
+def test_config_keys(tmp_path: Path) -> None:
+    inst = load_config(config(tmp_path, "join_deadline: 15m")).instance
+    assert inst.join_deadline == 900.0 and inst.on_join_timeout == jd.JoinTimeout("poweroff")
+    inst = load_config(config(tmp_path, "join_deadline: 30s, on_join_timeout: none")).instance
+    assert inst.on_join_timeout == jd.JoinTimeout("none")
+    text = f"join_deadline: 30s, on_join_timeout: [{sys.executable}, -c, pass]"
+    inst = load_config(config(tmp_path, text)).instance
+    assert inst.on_join_timeout == jd.JoinTimeout("command", (sys.executable, "-c", "pass"))
+    assert load_config(config(tmp_path, "template: default")).instance.join_deadline is None
+
+
+@pytest.mark.parametrize(
+    ("text", "controller", "message"),
+    [
+        ("join_deadline: 1s", True, "instance.join_deadline: expected a duration >= 5s"),
+        ("on_join_timeout: none", True, "instance.on_join_timeout: expected a join_deadline"),
+        ("join_deadline: 1m, on_join_timeout: reboot", True, "instance.on_join_timeout: expected"),
+        ("join_deadline: 1m, on_join_timeout: [/no/such]", True, "instance.on_join_timeout: exp"),
+        ("join_deadline: 1m", False, "instance.join_deadline: expected a controller section"),
+    ],
+)
+def test_bad_keys_are_one_line_each(
+    tmp_path: Path, text: str, controller: bool, message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(config(tmp_path, text, controller))
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith(message)
+
+
+def test_render_user_data_offers_it() -> None:
+    data = UserData("https://ctl:8443", join_deadline="20m", on_join_timeout=("/bin/echo", "x"))
+    doc = yaml.safe_load(render(data))
+    agent = yaml.safe_load(doc["write_files"][0]["content"])
+    assert agent["instance"]["join_deadline"] == "20m"
+    assert agent["instance"]["on_join_timeout"] == ["/bin/echo", "x"]
+    plain = yaml.safe_load(
+        yaml.safe_load(render(UserData("https://c")))["write_files"][0]["content"]
+    )
+    assert "join_deadline" not in plain["instance"]

@@ -1,0 +1,174 @@
+"""A host that never joins gives itself up: `instance.join_deadline` and `on_join_timeout`.
+
+An instance whose agent is never accepted by the controller (a wrong token, a controller it
+cannot reach, a bad image) would run and bill until someone notices. With a join deadline,
+an agent that has not been accepted once by then logs why (the last refusal or failure),
+tells the controller if it can, and runs the action: `poweroff` (with a cloud's "terminate
+on shutdown" the instance is returned without any provisioner), `none`, or a command.
+
+The deadline counts from the agent's first start for this instance id (kept in the state
+directory, so agent restarts and reboots do not extend it). A host that joined once never
+runs the action, even when it cannot reach the controller later. The decisions are a pure
+machine; `JoinRecord` is what is kept on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Union
+
+from xce_protocol.atomic_file import write_atomic
+from xce_protocol.validation import Checker, describe, join_path
+from xce_protocol.yamlsource import LineDict, LineList
+
+log = logging.getLogger(__name__)
+
+RECORD_FILE = "join.json"
+POWEROFF = ("systemctl", "poweroff")
+
+
+@dataclass(frozen=True)
+class JoinTimeout:
+    """What to do at the deadline: `poweroff`, `none`, or run `command`."""
+
+    kind: str  # poweroff | none | command
+    command: tuple[str, ...] = ()
+
+    def argv(self) -> tuple[str, ...]:
+        return POWEROFF if self.kind == "poweroff" else self.command
+
+
+@dataclass(frozen=True)
+class JoinRecord:
+    instance_id: str
+    first_start: float  # wall clock: the deadline counts from here
+    joined: bool = False
+    gave_up_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Watch:
+    deadline: float | None  # wall clock; None: no deadline configured
+    joined: bool = False
+    acted: bool = False
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The controller accepted this host (a join, or a resume with its credential)."""
+
+
+@dataclass(frozen=True)
+class Due:
+    why: str  # the last refusal or failure
+
+
+Event = Union[Accepted, Due]
+
+
+@dataclass(frozen=True)
+class Remember:
+    """Write down that this host joined: it never gives itself up after that."""
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    why: str
+
+
+Action = Union[Remember, GiveUp]
+
+
+def watch_of(record: JoinRecord, deadline: float | None) -> Watch:
+    if deadline is None:
+        return Watch(None, record.joined)
+    return Watch(record.first_start + deadline, record.joined, record.gave_up_at is not None)
+
+
+def next_due(watch: Watch) -> float | None:
+    if watch.deadline is None or watch.joined or watch.acted:
+        return None
+    return watch.deadline
+
+
+def step(watch: Watch, event: Event, now: float) -> tuple[Watch, tuple[Action, ...]]:
+    if isinstance(event, Accepted):
+        if watch.joined:
+            return watch, ()
+        return replace(watch, joined=True), (Remember(),)
+    due = next_due(watch)
+    if due is None or now < due:
+        return watch, ()
+    return replace(watch, acted=True), (GiveUp(event.why),)
+
+
+# --- the record on disk -------------------------------------------------------------------
+
+
+def load(directory: Path, instance_id: str, now: float) -> JoinRecord:
+    """This instance's record; a fresh one (saved) for a new instance or a missing file."""
+    path = directory / RECORD_FILE
+    try:
+        data = json.loads(path.read_text())
+        record = JoinRecord(
+            str(data["instance_id"]),
+            float(data["first_start"]),
+            bool(data["joined"]),
+            None if data.get("gave_up_at") is None else float(data["gave_up_at"]),
+        )
+    except FileNotFoundError:
+        record = None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("%s unreadable (%s): the join deadline counts from now", path, exc)
+        record = None
+    if record is None or record.instance_id != instance_id:
+        record = JoinRecord(instance_id, now)
+        save(directory, record)
+    return record
+
+
+def save(directory: Path, record: JoinRecord) -> None:
+    try:
+        write_atomic(directory / RECORD_FILE, json.dumps(asdict(record)), 0o600)
+    except OSError as exc:
+        log.error("cannot keep the join record in %s: %s", directory, exc)
+
+
+def describe_action(action: JoinTimeout) -> str:
+    if action.kind == "command":
+        return "running " + " ".join(action.command)
+    return "powering off" if action.kind == "poweroff" else "doing nothing (on_join_timeout: none)"
+
+
+# --- the config keys ----------------------------------------------------------------------
+
+KEYS = ("join_deadline", "on_join_timeout")
+
+
+def parse(node: LineDict, c: Checker) -> tuple[bool, float | None, JoinTimeout | None]:
+    """`instance.join_deadline` and `instance.on_join_timeout`: (ok, deadline, action)."""
+    p = "instance"
+    deadline = c.duration(node, "join_deadline", p, minimum=5.0)
+    if "join_deadline" in node and deadline is None:
+        return False, None, None
+    if "on_join_timeout" not in node:
+        return True, deadline, JoinTimeout("poweroff") if deadline is not None else None
+    value, line = node["on_join_timeout"], c.line_of(node, "on_join_timeout")
+    path = join_path(p, "on_join_timeout")
+    if deadline is None:
+        c.report(path, "a join_deadline beside it (when to act)", "no join_deadline", line)
+        return False, None, None
+    if value in ("poweroff", "none"):
+        return True, deadline, JoinTimeout(str(value))
+    words = value if isinstance(value, LineList) else None
+    if not words or not all(isinstance(w, str) and w and "\x00" not in w for w in words):
+        c.report(path, "poweroff, none or a command (a list of strings)", describe(value), line)
+        return False, None, None
+    if shutil.which(words[0]) is None:
+        c.report(path, "a command whose first word is an executable", repr(words[0]), line)
+        return False, None, None
+    return True, deadline, JoinTimeout("command", tuple(str(w) for w in words))

@@ -1,0 +1,111 @@
+"""The join deadline on a running agent: the timer, the record on disk, the action.
+
+Drives the machine of join_deadline.py with the reactor's timers and the wall clock (the
+deadline spans agent restarts and reboots, so it is a wall-clock time kept on disk). Giving
+up runs on a thread: telling the controller and the action may take a while, and the agent
+keeps trying to join meanwhile (an action that is not a poweroff leaves it running).
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from xce_agent import join_deadline as jd
+from xce_agent.config import AgentConfig
+from xce_agent.supervision.reactor import Reactor, TimerHandle
+
+log = logging.getLogger(__name__)
+
+ACTION_TIMEOUT = 120.0  # seconds a command action may run
+
+
+class JoinGuard:
+    def __init__(
+        self,
+        config: AgentConfig,
+        reactor: Reactor,
+        why: Callable[[], str],
+        tell: Callable[[str], str],
+        run: Callable[[tuple[str, ...]], str] | None = None,
+    ) -> None:
+        self.config = config
+        self.reactor = reactor
+        self.why = why  # the last refusal or failure, as the agent's state says
+        self.tell = tell  # tells the controller; returns what became of it
+        self.run = run or _run
+        self.record: jd.JoinRecord | None = None
+        self.watch = jd.Watch(None)
+        self._timer: TimerHandle | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        inst = self.config.instance
+        if inst.join_deadline is None or self.config.controller is None:
+            return
+        self.record = jd.load(self.config.state_directory, inst.id, time.time())
+        self.watch = jd.watch_of(self.record, inst.join_deadline)
+        due = jd.next_due(self.watch)
+        if due is not None:
+            left = max(0.0, due - time.time())
+            log.info("join deadline in %.0fs unless the controller accepts this host", left)
+            self._timer = self.reactor.call_later(left, self._due)
+
+    def accepted(self) -> None:
+        self._post(jd.Accepted())
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _due(self) -> None:
+        self._post(jd.Due(self.why()))
+
+    def _post(self, event: jd.Event) -> None:
+        if self.record is None:
+            return
+        self.watch, actions = jd.step(self.watch, event, time.time())
+        for action in actions:
+            if isinstance(action, jd.Remember):
+                self._keep(replace(self.record, joined=True))
+                self.close()
+            else:
+                self._keep(replace(self.record, gave_up_at=time.time()))
+                self._give_up(action.why)
+
+    def _keep(self, record: jd.JoinRecord) -> None:
+        self.record = record
+        jd.save(self.config.state_directory, record)
+
+    def _give_up(self, why: str) -> None:
+        inst = self.config.instance
+        assert inst.join_deadline is not None and inst.on_join_timeout is not None
+        action = inst.on_join_timeout
+        log.error(
+            "not accepted by the controller within %gs of this instance's first start "
+            "(last: %s): %s",
+            inst.join_deadline,
+            why or "no answer",
+            jd.describe_action(action),
+        )
+
+        def work() -> None:
+            log.warning("join deadline: %s", self.tell(why))
+            if action.kind != "none":
+                log.warning("join deadline: %s", self.run(action.argv()))
+
+        self.thread = threading.Thread(target=work, name="join-deadline", daemon=True)
+        self.thread.start()
+
+
+def _run(argv: tuple[str, ...]) -> str:
+    try:
+        done = subprocess.run(argv, check=False, timeout=ACTION_TIMEOUT, capture_output=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{argv[0]} failed: {exc}"
+    tail = (done.stderr or done.stdout).decode(errors="replace").strip()[-200:]
+    return f"{' '.join(argv)} exited with {done.returncode}" + (f": {tail}" if tail else "")
