@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo bench lease-soak clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -45,6 +45,12 @@ $(BENCH_VENV)/bin/supervisord: | system-deps
 
 bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m bench
+
+# The never-two checker at length (tests/integration/test_lease_checker.py runs 100 schedules
+# in `make test`); SCHEDULES=N changes the count. Its figures are in the README.
+SCHEDULES ?= 500
+lease-soak: $(STAMP)
+	$(PY) -m bench leases --schedules $(SCHEDULES)
 
 # What the end-to-end test (real systemd + cloud-init in systemd-nspawn), the packaging
 # checks, the metrics checks (promtool, from prometheus) and the status page's browser test

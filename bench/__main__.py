@@ -10,8 +10,17 @@ def main() -> None:
     parser.add_argument(
         "sections",
         nargs="*",
-        default=["supervision", "flood", "decommission", "notices", "controller", "simulator"],
+        default=[
+            "supervision",
+            "flood",
+            "decommission",
+            "notices",
+            "controller",
+            "simulator",
+            "leases",
+        ],
     )
+    parser.add_argument("--schedules", type=int, default=0, help="leases: fault schedules")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
     args = parser.parse_args()
     for section in args.sections:
@@ -45,6 +54,11 @@ def main() -> None:
             from bench import simulator
 
             print(simulator.run())
+        elif section == "leases":
+            from bench import leases
+
+            count = args.schedules or (100 if args.quick else 500)
+            print(leases.run(schedules=count))
         else:
             parser.error(f"unknown section {section!r}")
         print()
