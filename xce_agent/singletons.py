@@ -180,6 +180,8 @@ class Singletons:
                 lease.state.phase.value,
                 lease.state.detail or getattr(event, "reason", ""),
             )
+        elif isinstance(event, lh.Failed) and lease.state.detail != before.detail:
+            log.warning("%s: lease %s: %s", name, lease.terms.lease, lease.state.detail)
         for action in actions:
             self._perform(lease, action, now)
         self._schedule(lease)

@@ -410,7 +410,7 @@ def create_app(ctl: Controller) -> FastAPI:
     ) -> dict[str, Any]:
         host = ctl.agent_host(body.host, "", _token(credential), _peer(request))
         held = ctl.leases.acquire(lease, host.name, body.session, body.ttl)
-        return ctl.leases.describe(held)
+        return {"protocol": PROTOCOL, **ctl.leases.describe(held)}
 
     @app.delete("/v1/leases/{lease}", response_model=LeaseAnswer, responses=ERRORS)
     async def release_lease(
@@ -421,11 +421,12 @@ def create_app(ctl: Controller) -> FastAPI:
         session: Annotated[str, Query(min_length=1, max_length=64)],
     ) -> dict[str, Any]:
         speaker = ctl.agent_host(host, "", _token(credential), _peer(request))
-        return ctl.leases.describe(ctl.leases.release(lease, speaker.name, session))
+        released = ctl.leases.release(lease, speaker.name, session)
+        return {"protocol": PROTOCOL, **ctl.leases.describe(released)}
 
     @app.get("/v1/leases", response_model=list[LeaseAnswer], responses=ERRORS)
     async def list_leases(by: Admin) -> list[dict[str, Any]]:
-        return ctl.leases.listing()
+        return [{"protocol": PROTOCOL, **le} for le in ctl.leases.listing()]
 
     @app.post("/v1/expected", response_model=ExpectAnswer, status_code=201, responses=ERRORS)
     async def expect(body: ExpectBody, by: Provisioner) -> dict[str, Any]:

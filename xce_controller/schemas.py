@@ -329,6 +329,7 @@ class LeaseBody(Strict):
 
 
 class LeaseAnswer(BaseModel):
+    protocol: str
     lease: str
     state: Literal["held", "expired", "free"]
     host: str = Field(description="the holder; empty unless held")
