@@ -498,6 +498,10 @@ class Agent:
         self._since[name] = time.time()
         self._refresh_components()
         self._workers_down_check()
+        spec = self.supervisor.specs.get(name)
+        worker = spec is not None and spec.role in ms.JOIN_FIRST_ROLES
+        if cstate.phase is m.Phase.FATAL and worker and self.link is not None:
+            self.link.report_now()  # the controller closes the host at once
 
     def _decommission_exit(self, name: str, code: int) -> None:
         log.warning("%s exited with code %d (rejoin refused): asking the controller", name, code)

@@ -133,6 +133,10 @@ class ControllerLink:
         self._confirm_now = True
         self._wake.set()
 
+    def report_now(self) -> None:
+        """Heartbeat now instead of at the next interval (a worker just gave up)."""
+        self._wake.set()
+
     def final_report(self) -> None:
         """Tell the controller once that the worker is stopped, then fall silent."""
 

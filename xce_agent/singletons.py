@@ -35,6 +35,7 @@ from xce_agent.supervision.spec import ComponentSpec
 log = logging.getLogger(__name__)
 
 _UP = (m.Phase.STARTING, m.Phase.RUNNING, m.Phase.STOPPING)
+_GAVE_UP = (m.Phase.FATAL, m.Phase.EXITED, m.Phase.HELD)  # supervision will not restart it
 
 
 def fenced(spec: ComponentSpec) -> ComponentSpec:
@@ -115,6 +116,12 @@ class Singletons:
         if lease is None:
             return
         up = cstate.phase in _UP
+        if cstate.phase in _GAVE_UP and lease.state.phase is lh.Phase.HOLDING:
+            # It will not run here until an operator starts it again: let another host.
+            why = f"{cstate.phase.value}: {cstate.reason or 'not restarted'}; lease given back"
+            self._post(name, lh.ComponentDown())
+            self._post(name, lh.Unwant(why))
+            return
         if up == (not lease.state.down):
             if up and cstate.phase is m.Phase.STARTING:
                 self._post(name, lh.ComponentUp())  # a restart: its new fence needs a line

@@ -131,7 +131,14 @@ class Proxy:
 
 class LeaseAgent:
     def __init__(
-        self, root: Path, name: str, proxy: Proxy, leases: list[str], ttl: float, records: Path
+        self,
+        root: Path,
+        name: str,
+        proxy: Proxy,
+        leases: list[str],
+        ttl: float,
+        records: Path,
+        give_up: int = 10000,
     ) -> None:
         self.name = name
         self.proxy = proxy
@@ -156,7 +163,7 @@ class LeaseAgent:
                 f"        singleton: {{lease: {lease}, ttl: {ttl}s}}",
                 f"        stop_timeout: {stop}s",
                 "        restart: {initial_delay: 0, delay: 0.1s, max_delay: 0.3s, "
-                "give_up: {starts: 10000, window: 1m}}",
+                f"give_up: {{starts: {give_up}, window: 1m}}}}",
             ]
         lines.append(f"state_directory: '{self.dir / 'state'}'")
         self.config.write_text("\n".join(lines) + "\n")
@@ -211,7 +218,9 @@ class LeaseAgent:
 
 
 class LeaseCluster:
-    def __init__(self, root: Path, hosts: int = 3, leases: int = 1, ttl: float = 2.0) -> None:
+    def __init__(
+        self, root: Path, hosts: int = 3, leases: int = 1, ttl: float = 2.0, give_up: int = 10000
+    ) -> None:
         self.root = root
         self.ttl = ttl
         self.records = root / "records"
@@ -220,7 +229,7 @@ class LeaseCluster:
         self.ctl = ControllerProcess(root, CLUSTER).start()
         self.proxies = [Proxy(self.ctl.port) for _ in range(hosts)]
         self.agents = [
-            LeaseAgent(root, f"h{i}", self.proxies[i], self.leases, ttl, self.records)
+            LeaseAgent(root, f"h{i}", self.proxies[i], self.leases, ttl, self.records, give_up)
             for i in range(hosts)
         ]
 

@@ -1,7 +1,8 @@
 """A singleton component that records its own life: start (with its fencing token), a tick
 every TICK seconds while it runs, and its stop. One file per process, so nothing interleaves.
 
-Run as `python singleton_probe.py DIR HOST`; times are the system's monotonic clock, which
+Run as `python singleton_probe.py DIR HOST` (it exits at once with 3 while DIR/crash-HOST
+exists); times are the system's monotonic clock, which
 every process on the machine shares, so the records of all hosts can be compared.
 """
 
@@ -21,6 +22,8 @@ def main() -> None:
     token = os.environ.get("XCE_LEASE_TOKEN", "")
     path = os.path.join(directory, lease, f"{host}-{os.getpid()}.rec")
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    if os.path.exists(os.path.join(directory, f"crash-{host}")):
+        sys.exit(3)  # a broken install on this host: a crash loop before any work
     out = open(path, "a", buffering=1)  # noqa: SIM115 - written until the process ends
     out.write(f"start {time.monotonic():.6f} {token} {host} {os.getpid()}\n")
 

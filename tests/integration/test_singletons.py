@@ -43,3 +43,19 @@ def test_one_host_runs_it_and_a_graceful_stop_hands_it_over(cluster: LeaseCluste
     assert spans[1].start - stopped_at < cluster.ttl, spans
     assert violations(spans) == []
     assert "lease lease-0" in cluster.agent(holder).log()
+
+
+def test_a_crash_looping_singleton_gives_its_lease_to_another_host(tmp_path: Path) -> None:
+    c = LeaseCluster(tmp_path, hosts=2, leases=1, ttl=2.0, give_up=2)
+    try:
+        (c.records / "crash-h0").write_text("")
+        c.agent("h0").start()
+        wait_for(lambda: "lease lease-0 seeking -> holding" in c.agent("h0").log(), 30)
+        wait_for(lambda: "lease given back" in c.agent("h0").log(), 30)  # FATAL on h0
+        c.agent("h1").start()
+        holder = c.wait_all_held()["lease-0"]
+        assert holder == "h1"
+        wait_for(lambda: running(c) == ["h1"], 30)
+        assert intervals(c.records)["lease-0"][0].token == 2  # h0's grant was token 1
+    finally:
+        c.close()
