@@ -142,7 +142,7 @@ class Agent:
         )
         self.supervisor.gate = self.singletons
         self.join_guard = JoinGuard(
-            config, self.reactor, lambda: self.state.membership.detail, self._tell_gave_up
+            config, self.reactor, lambda: self.state.membership.detail, self.host
         )
         self._since: dict[str, float] = {}
         self._held: single_agent.Held | None = None
@@ -318,22 +318,6 @@ class Agent:
         if self._held is not None:
             self._held.release()
             self._held = None
-
-    def _tell_gave_up(self, why: str) -> str:
-        """Tell the controller this instance gives up joining (from the join guard's thread)."""
-        assert self.config.controller is not None
-        from xce_agent.controller_client import ControllerClient
-        from xce_protocol.protocol import Identity
-
-        action = self.config.instance.on_join_timeout
-        client = ControllerClient(
-            self.config.controller, Identity(self.host, self.config.instance.id)
-        )
-        try:
-            answer = client.gave_up(why, action.kind if action else "")
-        finally:
-            client.close()
-        return f"told the controller: {answer.outcome.value} {answer.detail}".strip()
 
     # --- watchdog ---------------------------------------------------------------------
     def _start_watchdog(self) -> None:

@@ -30,13 +30,13 @@ class JoinGuard:
         config: AgentConfig,
         reactor: Reactor,
         why: Callable[[], str],
-        tell: Callable[[str], str],
+        host: str,
         run: Callable[[tuple[str, ...]], str] | None = None,
     ) -> None:
         self.config = config
         self.reactor = reactor
         self.why = why  # the last refusal or failure, as the agent's state says
-        self.tell = tell  # tells the controller; returns what became of it
+        self.host = host
         self.run = run or _run
         self.record: jd.JoinRecord | None = None
         self.watch = jd.Watch(None)
@@ -94,12 +94,27 @@ class JoinGuard:
         )
 
         def work() -> None:
-            log.warning("join deadline: %s", self.tell(why))
+            log.warning("join deadline: %s", self._tell(why))
             if action.kind != "none":
                 log.warning("join deadline: %s", self.run(action.argv()))
 
         self.thread = threading.Thread(target=work, name="join-deadline", daemon=True)
         self.thread.start()
+
+    def _tell(self, why: str) -> str:
+        """Tell the controller this instance gives up joining; what became of it."""
+        assert self.config.controller is not None
+        from xce_agent.controller_client import ControllerClient  # only with a controller
+        from xce_protocol.protocol import Identity
+
+        action = self.config.instance.on_join_timeout
+        me = Identity(self.host, self.config.instance.id)
+        client = ControllerClient(self.config.controller, me)
+        try:
+            answer = client.gave_up(why, action.kind if action else "")
+        finally:
+            client.close()
+        return f"told the controller: {answer.outcome.value} {answer.detail}".strip()
 
 
 def _run(argv: tuple[str, ...]) -> str:
