@@ -30,6 +30,7 @@ COMMANDS = ("start", "stop", "restart", "reset", "reload", "stop-all")
 class Answer:
     ok: bool
     message: str
+    pending: bool = False  # taken, but it happens later (a singleton waits for its lease)
 
 
 Handler = Callable[[str, str], Answer]
@@ -120,7 +121,10 @@ class ControlServer:
         return self.handler(command, name)
 
     def _send(self, conn: socket.socket, answer: Answer) -> None:
-        line = json.dumps({"ok": answer.ok, "message": answer.message}) + "\n"
+        reply: dict[str, object] = {"ok": answer.ok, "message": answer.message}
+        if answer.pending:
+            reply["pending"] = True
+        line = json.dumps(reply) + "\n"
         with contextlib.suppress(OSError):
             conn.setblocking(True)
             conn.settimeout(1.0)
@@ -159,6 +163,6 @@ def request(path: Path, command: str, name: str = "", timeout: float = 10.0) -> 
             data += chunk
     try:
         reply = json.loads(data.split(b"\n", 1)[0])
-        return Answer(bool(reply["ok"]), str(reply["message"]))
+        return Answer(bool(reply["ok"]), str(reply["message"]), reply.get("pending") is True)
     except (ValueError, KeyError, TypeError):
         return Answer(False, "the agent sent no usable answer")

@@ -16,6 +16,7 @@ from xce_agent.config import load_config
 from xce_agent.control import Answer
 from xce_agent.errors import ConfigError
 from xce_agent.membership import JOIN_FIRST_ROLES, Standing
+from xce_agent.singletons import fenced
 from xce_agent.supervision.machine import Phase
 from xce_agent.supervision.process import digest_of
 from xce_agent.supervision.spec import ComponentSpec
@@ -57,6 +58,15 @@ def plan_reload(old: Iterable[ComponentSpec], new: Iterable[ComponentSpec]) -> R
     )
 
 
+def singletons_changed(old: Iterable[ComponentSpec], new: Iterable[ComponentSpec]) -> list[str]:
+    """Components whose singleton settings a reload would change, add or remove: the lease
+    holders are fixed for an agent run."""
+    before = {spec.name: spec.singleton for spec in old}
+    after = {spec.name: spec.singleton for spec in new}
+    names = {n for n, s in before.items() if s} | {n for n, s in after.items() if s}
+    return sorted(n for n in names if before.get(n) != after.get(n))
+
+
 class Operator:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
@@ -77,16 +87,17 @@ class Operator:
         refusal = self._refuse_start(sup.specs[name])
         if refusal:
             return Answer(False, refusal)
-        if command == "start":
-            sup.start(name, "xce-agent start " + name)
-            return Answer(True, f"starting {name}")
+        if command == "reset" and sup.state(name).phase is not Phase.FATAL:
+            return Answer(False, f"{name} is {sup.state(name).phase.value}, not fatal")
         if command == "restart":
             sup.restart(name, "xce-agent restart " + name)
-            return Answer(True, f"restarting {name}")
-        if sup.state(name).phase is not Phase.FATAL:
-            return Answer(False, f"{name} is {sup.state(name).phase.value}, not fatal")
-        sup.start(name, "xce-agent reset " + name)
-        return Answer(True, f"{name}: fatal state cleared, starting")
+        else:
+            sup.start(name, f"xce-agent {command} {name}")
+        waiting = self.agent.singletons.waiting(name)
+        if waiting:
+            return Answer(True, f"{name}: {waiting}", pending=True)
+        done = {"start": f"starting {name}", "restart": f"restarting {name}"}
+        return Answer(True, done.get(command, f"{name}: fatal state cleared, starting"))
 
     def _refuse_start(self, spec: ComponentSpec) -> str:
         tomb = self.agent.state.tombstone
@@ -100,17 +111,24 @@ class Operator:
             new = load_config(agent.config.path)
         except ConfigError as exc:
             return Answer(False, "config not reloaded:\n" + "\n".join(exc.problems))
+        moved = singletons_changed(agent.config.components, new.components)
+        if moved:
+            return Answer(
+                False,
+                f"config not reloaded: singleton components changed ({', '.join(moved)}): "
+                "restart the agent to apply (a new agent run is a new lease holder)",
+            )
         sup = agent.supervisor
         plan = plan_reload(agent.config.components, new.components)
         for name in plan.removed:
             sup.remove(name, "removed from the config")
         for spec in plan.added:
-            sup.add(spec)
+            sup.add(fenced(spec))
             self._start_added(spec)
         for spec in plan.restarted:
-            sup.replace(spec, "config reloaded: its command or settings changed")
+            sup.replace(fenced(spec), "config reloaded: its command or settings changed")
         for spec in plan.updated:
-            sup.specs[spec.name] = spec
+            sup.specs[spec.name] = fenced(spec)
         ignored = [
             key
             for key in ("controller", "instance", "state_directory", "log_level")

@@ -30,6 +30,8 @@ def run_command(config: AgentConfig, command: str, name: str, timeout: float) ->
         raise OperatorError(f"no running agent answers ({exc.strerror or exc})") from None
     if not answer.ok:
         raise OperatorError(answer.message)
+    if answer.pending:
+        return answer.message
     if command in ("start", "restart", "reset"):
         old = before.pid if before and command == "restart" else None
         record = _wait(

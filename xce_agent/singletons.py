@@ -128,6 +128,14 @@ class Singletons:
             return
         self._post(name, lh.ComponentUp() if up else lh.ComponentDown())
 
+    def waiting(self, name: str) -> str:
+        """Why a singleton asked to start is not running yet; "" if it may run."""
+        lease = self.leases.get(name)
+        if lease is None or lease.state.phase is lh.Phase.HOLDING:
+            return ""
+        detail = f" (last answer: {lease.state.detail})" if lease.state.detail else ""
+        return f"starts once this host holds lease {lease.terms.lease}{detail}"
+
     def releasing(self) -> bool:
         """A lease is still to be given back (a graceful stop waits for it)."""
         return any(le.state.phase is lh.Phase.RELEASING for le in self.leases.values())
@@ -185,7 +193,7 @@ class Singletons:
                 lease.terms.lease,
                 before.phase.value,
                 lease.state.phase.value,
-                lease.state.detail or getattr(event, "reason", ""),
+                getattr(event, "reason", "") or lease.state.detail,
             )
         elif isinstance(event, lh.Failed) and lease.state.detail != before.detail:
             log.warning("%s: lease %s: %s", name, lease.terms.lease, lease.state.detail)

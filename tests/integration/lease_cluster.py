@@ -203,6 +203,16 @@ class LeaseAgent:
             self.proc.send_signal(signal.SIGUSR2)
             self.proc.wait(timeout=timeout)
 
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`xce-agent ARGS --config` against this agent (operator commands)."""
+        return subprocess.run(
+            [sys.executable, "-m", "xce_agent", *args, "--config", str(self.config)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
     def state(self) -> dict[str, Any]:
         try:
             data = json.loads((self.dir / "state" / "state.json").read_text())

@@ -4,6 +4,7 @@ drains it and lists it for return; a worker that runs again opens a closed host.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,9 +100,16 @@ def test_crash_loop_closes_the_host_and_a_recovered_worker_opens_it(rig: Rig) ->
         timeout=10,
     )
     assert r.status_code == 201 and r.json()["assigned"] == ""
-    # The operator fixes the cause and has the worker started again.
+    # The operator fixes the cause and restarts the worker (xce-agent restart worker).
     rig.flag.unlink()
-    rig.agent.restart()
+    restarted = subprocess.run(
+        [sys.executable, "-m", "xce_agent", "restart", "worker", "--config", str(rig.agent.config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
     wait_for(lambda: rig.agent.worker().get("phase") == "running", 30)
     wait_for(lambda: rig.host().get("state") == "open", 20)
     assert rig.host()["reason"] == "worker recovered: worker running again"

@@ -59,3 +59,33 @@ def test_a_crash_looping_singleton_gives_its_lease_to_another_host(tmp_path: Pat
         assert intervals(c.records)["lease-0"][0].token == 2  # h0's grant was token 1
     finally:
         c.close()
+
+
+def test_operator_commands_go_through_the_lease(cluster: LeaseCluster) -> None:
+    holder = cluster.wait_all_held()["lease-0"]
+    wait_for(lambda: running(cluster) == [holder], 30)
+    agent = cluster.agent(holder)
+    stopped = agent.cli("stop", "lease-0")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    # Stopped by the operator: the lease is given back and another host runs it at once.
+    wait_for(lambda: len(running(cluster)) == 1 and running(cluster) != [holder], 30)
+    other = running(cluster)[0]
+    started = agent.cli("start", "lease-0")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "starts once this host holds lease lease-0" in started.stdout  # and does not wait
+    wait_for(lambda: "lease lease-0 idle -> seeking (xce-agent start lease-0)" in agent.log(), 30)
+    time.sleep(2 * cluster.ttl)  # asks, and is refused while the other host holds it
+    assert running(cluster) == [other] and cluster.holders()["lease-0"] == other
+    restarted = cluster.agent(other).cli("restart", "lease-0")
+    assert restarted.returncode == 0
+    wait_for(lambda: len(intervals(cluster.records)["lease-0"]) >= 3, 30)
+    spans = intervals(cluster.records)["lease-0"]
+    assert spans[-1].host == other and spans[-1].token == spans[-2].token  # the same hold
+    assert violations(spans) == []
+    # A reload may not change who holds what: the lease holder is the agent run.
+    text = agent.config.read_text().replace("ttl: 2.0s", "ttl: 3s")
+    agent.config.write_text(text)
+    refused = agent.cli("reload")
+    assert refused.returncode != 0 and "singleton components changed (lease-0)" in (
+        refused.stdout + refused.stderr
+    )
