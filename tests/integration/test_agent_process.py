@@ -28,10 +28,11 @@ def write_config(tmp_path: Path, extra: str = "") -> Path:
         "version: 1\n"
         "controller:\n  url: http://127.0.0.1:9\n  token: very-secret-token\n"
         "instance:\n  id: i-test\n  template: small\n"
-        # A provisioner-role component starts at once; worker-role ones wait for a join.
+        # A provisioner-role component that is no singleton starts at once; worker-role ones
+        # wait for a join (and a singleton for its lease).
         "roles:\n  provisioner:\n    components:\n      xce-worker:\n"
         f"        command: [{sys.executable}, {script}]\n"
-        "        stop_timeout: 5s\n"
+        "        stop_timeout: 5s\n        singleton: false\n"
         f"state_directory: {tmp_path / 'state'}\n{extra}"
     )
     return config
