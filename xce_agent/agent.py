@@ -141,9 +141,11 @@ class Agent:
             ),
         )
         self.supervisor.gate = self.singletons
+        self.singletons.on_change = self._update_metrics
         self.join_guard = JoinGuard(
             config, self.reactor, lambda: self.state.membership.detail, self.host
         )
+        self.join_guard.on_change = self._update_metrics
         self._since: dict[str, float] = {}
         self._held: single_agent.Held | None = None
         self._control: ControlServer | None = None
@@ -523,4 +525,6 @@ class Agent:
             {s.name: self.supervisor.state(s.name).last_exit for s in self.config.components},
             contact=member.standing is ms.Standing.CONNECTED,
             decommissioned=member.decommissioned,
+            singletons=self.singletons.samples(),
+            join=self.join_guard.metrics(),
         )

@@ -18,6 +18,7 @@ from dataclasses import replace
 from xce_agent import join_deadline as jd
 from xce_agent.config import AgentConfig
 from xce_agent.supervision.reactor import Reactor, TimerHandle
+from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class JoinGuard:
         self.watch = jd.Watch(None)
         self._timer: TimerHandle | None = None
         self.thread: threading.Thread | None = None
+        self.on_change: Callable[[], None] = lambda: None  # what metrics show changed
 
     def start(self) -> None:
         inst = self.config.instance
@@ -54,6 +56,14 @@ class JoinGuard:
             left = max(0.0, due - time.time())
             log.info("join deadline in %.0fs unless the controller accepts this host", left)
             self._timer = self.reactor.call_later(left, self._due)
+        self.on_change()
+
+    def metrics(self) -> tuple[float | None, bool | None]:
+        """(the deadline while it is pending, whether the agent gave up); (None, None)
+        without a deadline."""
+        if self.record is None:
+            return None, None
+        return jd.next_due(self.watch), self.watch.acted
 
     def accepted(self) -> None:
         self._post(jd.Accepted())
@@ -91,7 +101,9 @@ class JoinGuard:
             inst.join_deadline,
             why or "no answer",
             jd.describe_action(action),
+            extra={"reason_code": Reason.JOIN_DEADLINE_PASSED},
         )
+        self.on_change()
 
         def work() -> None:
             log.warning("join deadline: %s", self._tell(why))

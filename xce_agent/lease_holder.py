@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Union
 
 from xce_agent.supervision.spec import SingletonSpec
+from xce_protocol.reasons import Reason
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class HolderState:
     asking: float | None = None  # send time of the request in flight
     down: bool = True  # the component is not running (as supervision last said)
     detail: str = ""  # the last answer or failure, for status and logs
+    code: str = ""  # its reason code (xce_protocol.reasons), for status and metrics
 
 
 # --- events -----------------------------------------------------------------------------
@@ -140,6 +142,7 @@ class Extend:
 @dataclass(frozen=True)
 class Stop:
     reason: str
+    code: Reason = Reason.COMPONENT_STOPPED
 
 
 @dataclass(frozen=True)
@@ -195,8 +198,9 @@ def _due(terms: Terms, state: HolderState, actions: tuple[Action, ...], now: flo
             f"lease {terms.lease} not renewed within {terms.ttl - terms.margin:g}s of the "
             f"last granted request ({state.detail})"
         )
-        state = replace(state, phase=Phase.SEEKING, next_at=now, detail=why)
-        actions = (*actions, Stop(why))
+        lapsed = Reason.LEASE_NOT_RENEWED
+        state = replace(state, phase=Phase.SEEKING, next_at=now, detail=why, code=lapsed.value)
+        actions = (*actions, Stop(why, lapsed))
     wanted = state.phase in (Phase.SEEKING, Phase.HOLDING)
     if wanted and state.asking is None and state.next_at is not None and now >= state.next_at:
         state = replace(state, asking=now, next_at=None)
@@ -208,7 +212,7 @@ def _want(state: HolderState, now: float) -> Step:
     if state.phase in (Phase.IDLE, Phase.RELEASING):
         # Releasing: the component is on its way down; if the lease is still ours the next
         # grant is a renewal and the component starts again.
-        wanted = replace(state, phase=Phase.SEEKING, next_at=now)
+        wanted = replace(state, phase=Phase.SEEKING, next_at=now, code=Reason.LEASE_WANTED.value)
         if wanted.asking is None:
             return replace(wanted, asking=now, next_at=None), (Ask(),)
         return wanted, ()
@@ -217,9 +221,10 @@ def _want(state: HolderState, now: float) -> Step:
 
 def _unwant(state: HolderState, reason: str) -> Step:
     if state.phase is Phase.HOLDING:
+        given = replace(state, next_at=None, code=Reason.LEASE_RELEASED.value)
         if state.down:
-            return replace(state, phase=Phase.IDLE, next_at=None), (Stop(reason), Release())
-        return replace(state, phase=Phase.RELEASING, next_at=None), (Stop(reason),)
+            return replace(given, phase=Phase.IDLE), (Stop(reason), Release())
+        return replace(given, phase=Phase.RELEASING), (Stop(reason),)
     if state.phase is Phase.SEEKING:
         return replace(state, phase=Phase.IDLE, next_at=None), ()
     return state, ()
@@ -232,20 +237,25 @@ def _granted(
     detail = f"held with token {ev.token}"
     if state.phase in (Phase.IDLE, Phase.RELEASING):
         if state.phase is Phase.IDLE or state.down:
-            return replace(state, phase=Phase.IDLE, token=ev.token), (Release(),)
+            given = Reason.LEASE_RELEASED.value
+            return replace(state, phase=Phase.IDLE, token=ev.token, code=given), (Release(),)
         return replace(state, token=ev.token), ()  # released once the component is down
     if state.phase is Phase.HOLDING and ev.token != state.token:
         why = f"lease {terms.lease} was granted again with token {ev.token}: the hold lapsed"
-        return replace(state, phase=Phase.SEEKING, next_at=now, detail=why), (Stop(why),)
+        lost = Reason.LEASE_LOST
+        seeking = replace(state, phase=Phase.SEEKING, next_at=now, detail=why, code=lost.value)
+        return seeking, (Stop(why, lost),)
     if valid <= now:  # the answer came too late to run on
         late = f"grant of token {ev.token} arrived after its own deadline"
-        return replace(state, next_at=now, detail=late), ()
+        failed = Reason.LEASE_REQUEST_FAILED.value
+        return replace(state, next_at=now, detail=late, code=failed), ()
     renewed = replace(
         state,
         token=ev.token,
         valid_until=max(valid, state.valid_until if state.phase is Phase.HOLDING else 0.0),
         next_at=ev.sent_at + terms.renew_every,
         detail=detail,
+        code=Reason.LEASE_GRANTED.value,
     )
     if state.phase is Phase.HOLDING:
         return renewed, (Extend(ev.token, renewed.valid_until),)
@@ -256,22 +266,24 @@ def _denied(
     terms: Terms, state: HolderState, ev: Denied, now: float
 ) -> tuple[HolderState, tuple[Action, ...]]:
     wait = min(terms.renew_every, max(terms.retry_every, ev.retry_in))
+    held = Reason.REFUSED_LEASE_HELD.value
     if state.phase is Phase.HOLDING:
-        why = f"lease {terms.lease} {ev.detail}"
-        lost = replace(state, phase=Phase.SEEKING, next_at=now + wait, detail=why)
-        return lost, (Stop(why),)
+        why, code = f"lease {terms.lease} {ev.detail}", Reason.LEASE_LOST
+        lost = replace(state, phase=Phase.SEEKING, next_at=now + wait, detail=why, code=code.value)
+        return lost, (Stop(why, code),)
     if state.phase is Phase.SEEKING:
-        return replace(state, next_at=now + wait, detail=ev.detail), ()
+        return replace(state, next_at=now + wait, detail=ev.detail, code=held), ()
     return replace(state, detail=ev.detail), ()
 
 
 def _failed(
     terms: Terms, state: HolderState, ev: Failed, now: float
 ) -> tuple[HolderState, tuple[Action, ...]]:
+    failed = replace(state, detail=ev.detail, code=Reason.LEASE_REQUEST_FAILED.value)
     if state.phase is Phase.HOLDING:
-        return replace(state, next_at=now + terms.retry_every, detail=ev.detail), ()
+        return replace(failed, next_at=now + terms.retry_every), ()
     if state.phase is Phase.SEEKING:
-        return replace(state, next_at=now + terms.renew_every, detail=ev.detail), ()
+        return replace(failed, next_at=now + terms.renew_every), ()
     return replace(state, detail=ev.detail), ()
 
 
@@ -281,11 +293,11 @@ def _up(terms: Terms, state: HolderState) -> Step:
         return up, (Extend(state.token, state.valid_until),)  # a new fence needs its deadline
     if state.phase is Phase.RELEASING:
         return up, ()
-    return up, (Stop(f"lease {terms.lease} is not held by this agent"),)
+    return up, (Stop(f"lease {terms.lease} is not held by this agent", Reason.LEASE_NOT_HELD),)
 
 
 def _down(state: HolderState) -> Step:
     down = replace(state, down=True)
     if state.phase is Phase.RELEASING:
-        return replace(down, phase=Phase.IDLE), (Release(),)
+        return replace(down, phase=Phase.IDLE, code=Reason.LEASE_RELEASED.value), (Release(),)
     return down, ()

@@ -1,5 +1,6 @@
 """The agent's metrics as one object the agent feeds: its state after each change and each
-heartbeat the controller accepted. Writes the textfile and serves the port, as configured."""
+heartbeat the controller accepted, its singletons' holds, its join deadline. Writes the
+textfile and serves the port, as configured."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import replace
 
 from xce_agent.metrics_config import MetricsConfig
 from xce_agent.metrics_file import MetricsFile, Sample, Tally, sample
+from xce_agent.metrics_leases import SingletonSample
 from xce_agent.metrics_port import MetricsPort
 from xce_agent.state import AgentState
 from xce_agent.supervision.machine import ExitInfo
@@ -58,13 +60,17 @@ class AgentMetrics:
         exits: Mapping[str, ExitInfo | None],
         contact: bool,
         decommissioned: bool,
+        singletons: tuple[SingletonSample, ...] = (),
+        join: tuple[float | None, bool | None] = (None, None),
     ) -> None:
         if not self.enabled:
             return
         phases = {c.name: c.phase for c in state.components}
         self.tally = self.tally.observe(contact, phases)
         pending = bool(self._notices) if self.watching_notices else None
-        self.last = sample(state, self.tally, exits, contact, decommissioned, pending)
+        self.last = sample(
+            state, self.tally, exits, contact, decommissioned, pending, singletons, join
+        )
         if self.file is not None:
             self.file.update(self.last)
         if self.port is not None:

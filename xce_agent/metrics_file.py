@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from xce_agent import metrics_leases
+from xce_agent.metrics_leases import SingletonSample
 from xce_agent.state import AgentState
 from xce_agent.supervision.machine import ExitInfo
 from xce_protocol.atomic_file import write_atomic
@@ -49,6 +51,9 @@ class Sample:
     last_heartbeat: float | None  # wall clock of the last heartbeat the controller accepted
     decommissioned: bool
     notice_pending: bool | None = None  # None: no notice watcher in this agent
+    singletons: tuple[SingletonSample, ...] = ()
+    join_deadline: float | None = None  # wall clock, while a join deadline is pending
+    join_gave_up: bool | None = None  # None: no join deadline configured
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,8 @@ def sample(
     contact: bool,
     decommissioned: bool,
     notice_pending: bool | None = None,
+    singletons: tuple[SingletonSample, ...] = (),
+    join: tuple[float | None, bool | None] = (None, None),
 ) -> Sample:
     gave = dict(tally.give_ups)
     comps = tuple(
@@ -119,6 +126,8 @@ def sample(
         tally.last_heartbeat,
         decommissioned,
         notice_pending,
+        singletons,
+        *join,
     )
 
 
@@ -225,7 +234,27 @@ def render(s: Sample, now: float | None = None) -> str:
             "1 while the cloud provider has announced an interruption of this instance.",
             [("", int(s.notice_pending))],
         )
+    metrics_leases.render(s.singletons, t.family, _labels)
+    _join(t, s)
     return "\n".join(t.lines) + "\n"
+
+
+def _join(t: _Text, s: Sample) -> None:
+    if s.join_gave_up is None:
+        return
+    if s.join_deadline is not None:
+        t.family(
+            "xce_agent_join_deadline_timestamp_seconds",
+            "gauge",
+            "When the agent gives up joining unless accepted first (Unix time).",
+            [("", s.join_deadline)],
+        )
+    t.family(
+        "xce_agent_join_gave_up",
+        "gauge",
+        "1 once the agent was not accepted by its join deadline and ran on_join_timeout.",
+        [("", int(s.join_gave_up))],
+    )
 
 
 class MetricsFile:

@@ -23,11 +23,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from xce_agent import fence
 from xce_agent import lease_holder as lh
+from xce_agent.metrics_leases import LeaseCounts, SingletonSample, count
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_agent.supervision.spec import ComponentSpec
@@ -76,6 +77,7 @@ class _Lease:
     pipe: tuple[int, int] | None = None
     jobs: queue.Queue[Callable[[], None] | None] | None = None
     thread: threading.Thread | None = None
+    counts: LeaseCounts = field(default_factory=LeaseCounts)
 
 
 class Singletons:
@@ -93,6 +95,7 @@ class Singletons:
         self.leases: dict[str, _Lease] = {}
         self._queue: deque[tuple[str, lh.Event]] = deque()
         self._draining = False
+        self.on_change: Callable[[], None] = lambda: None  # what metrics show changed
         for spec in specs:
             if spec.singleton is not None:
                 terms = lh.Terms.of(spec.singleton, spec.stop_timeout)
@@ -147,9 +150,18 @@ class Singletons:
                 "phase": le.state.phase.value,
                 "token": le.state.token,
                 "detail": le.state.detail,
+                "code": le.state.code,
             }
             for name, le in self.leases.items()
         }
+
+    def samples(self) -> tuple[SingletonSample, ...]:
+        return tuple(
+            SingletonSample(
+                name, le.terms.lease, le.state.phase.value, le.state.code, le.state.token, le.counts
+            )
+            for name, le in self.leases.items()
+        )
 
     def close(self, wait: float = 2.0) -> None:
         """The agent exits: let the request threads finish what they have (a release) for
@@ -184,8 +196,10 @@ class Singletons:
     def _apply(self, name: str, event: lh.Event) -> None:
         lease = self.leases[name]
         now = self.reactor.clock.monotonic()
-        before = lease.state
+        before, counted = lease.state, lease.counts
         lease.state, actions = lh.step(lease.terms, before, event, now)
+        lease.counts = count(counted, before, event, lease.state)
+        code = {"reason_code": lease.state.code, "component": name}
         if lease.state.phase is not before.phase:
             log.info(
                 "%s: lease %s %s -> %s (%s)",
@@ -194,12 +208,16 @@ class Singletons:
                 before.phase.value,
                 lease.state.phase.value,
                 getattr(event, "reason", "") or lease.state.detail,
+                extra=code,
             )
         elif isinstance(event, lh.Failed) and lease.state.detail != before.detail:
-            log.warning("%s: lease %s: %s", name, lease.terms.lease, lease.state.detail)
+            log.warning("%s: lease %s: %s", name, lease.terms.lease, lease.state.detail, extra=code)
         for action in actions:
             self._perform(lease, action, now)
         self._schedule(lease)
+        seen = (before.phase, before.code, before.token, counted)
+        if seen != (lease.state.phase, lease.state.code, lease.state.token, lease.counts):
+            self.on_change()
 
     def _schedule(self, lease: _Lease) -> None:
         if lease.timer is not None:
@@ -225,8 +243,9 @@ class Singletons:
         elif isinstance(action, lh.Extend):
             self._tell_fence(lease, action.token, action.valid_until)
         elif isinstance(action, lh.Stop):
-            log.warning("%s: stopping: %s", lease.name, action.reason)
-            self.components.post(lease.name, m.Stop(action.reason))
+            code = {"reason_code": action.code.value, "component": lease.name}
+            log.warning("%s: stopping: %s", lease.name, action.reason, extra=code)
+            self.components.post(lease.name, m.Stop(action.reason, action.code))
         else:
             name, session, limit = lease.terms.lease, self.session, lease.terms.renew_every
             self._submit(lease, lambda: self.calls.release(name, session, limit))

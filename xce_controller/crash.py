@@ -15,6 +15,7 @@ from typing import Any
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig
 from xce_controller.model import Cluster, Fact, Host, HostState
+from xce_protocol.reasons import Reason
 
 WORKER_FATAL = "worker crash loop"  # the reason a host closed here starts with this
 POLICIES = ("close", "replace")
@@ -38,14 +39,28 @@ def on_report(
         why = f"{WORKER_FATAL}: {c.get('name')} gave up ({c.get('last_exit') or 'fatal'})"
         facts = []
         if host.state is HostState.OPEN:
+            closed = Reason.WORKER_FATAL_CLOSED
             facts.append(
-                lc.fact("state", now, lc.CONTROLLER, key=host.key, state="closed", why=why)
+                lc.fact(
+                    "state", now, lc.CONTROLLER, key=host.key, state="closed", why=why, code=closed
+                )
             )
         if cfg.on_worker_fatal == "replace":
-            facts += lc.control(cluster, cfg, now, lc.CONTROLLER, host, "decommission", why=why)
+            drain = lc.control(cluster, cfg, now, lc.CONTROLLER, host, "decommission", why=why)
+            facts += [_recoded(f, Reason.WORKER_FATAL_REPLACED) for f in drain]
         return facts
     if ours and workers and all(c.get("state") == "running" for c in workers):
         names = ", ".join(str(c.get("name")) for c in workers)
         why = f"worker recovered: {names} running again"
-        return [lc.fact("state", now, lc.CONTROLLER, key=host.key, state="open", why=why)]
+        opened = Reason.WORKER_RECOVERED
+        return [
+            lc.fact("state", now, lc.CONTROLLER, key=host.key, state="open", why=why, code=opened)
+        ]
     return []
+
+
+def _recoded(fact: Fact, code: Reason) -> Fact:
+    """The drain a crash loop starts says why it started (the usual policy otherwise)."""
+    if fact.kind != "drain":
+        return fact
+    return Fact(fact.kind, fact.at, fact.by, {**fact.data, "code": code.value})

@@ -12,6 +12,7 @@ from xce_controller.config import ClusterConfig
 from xce_controller.joining import WAITING, Proof, proof, record_for
 from xce_controller.lifecycle import CONTROLLER, JoinRequest, Refused, fact
 from xce_controller.model import Cluster, Fact, Host
+from xce_protocol.reasons import Reason
 
 
 def gave_up(
@@ -26,4 +27,6 @@ def gave_up(
     if record.state not in WAITING or record.incarnation > 0:
         raise Refused("conflict", 409, f"{who}: its record is {record.state.value}, not waiting")
     why = f"agent gave up joining: {reason}" if reason else "agent gave up joining"
-    return record, [fact("state", now, CONTROLLER, key=record.key, state="overdue", why=why)]
+    code = Reason.JOIN_GAVE_UP
+    overdue = fact("state", now, CONTROLLER, key=record.key, state="overdue", why=why, code=code)
+    return record, [overdue]

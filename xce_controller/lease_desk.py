@@ -3,17 +3,26 @@
 Owns the lease book. Expiries run on the monotonic clock, so a wall-clock step can neither
 hand a lease out early nor keep it forever; grants and releases are committed (fsync) with
 their facts before the answer leaves, so a fencing token is never handed out twice.
+Watchers (the metrics) hear of what was stored, of renewals, and of each grant that ran out
+unreleased, once, when a request, a listing or a scrape first finds it expired.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from xce_controller import leases
 from xce_controller.lifecycle import Refused
+from xce_controller.model import Fact
 from xce_controller.store import Store
+
+
+class LeaseWatcher(Protocol):
+    def committed(self, facts: list[Fact]) -> None: ...
+    def renewed(self, lease: leases.Lease) -> None: ...
+    def expired(self, lease: leases.Lease) -> None: ...
 
 
 class LeaseDesk:
@@ -28,17 +37,35 @@ class LeaseDesk:
         self.wall = wall
         self.started = monotonic()
         self.book = leases.restored((leases.from_row(row) for row in store.leases()), self.started)
+        self.watchers: list[LeaseWatcher] = []
+        self._told: dict[str, int] = {}  # lease -> the token whose expiry watchers heard of
 
     def _step(self, event: leases.Event) -> leases.Lease:
         now = self.monotonic()
+        self._notice_expiries(now)
         book, facts, answer = leases.step(self.book, event, now)
         if facts:
             rows = [leases.to_row(book.get(str(f.data["lease"]))) for f in facts]
             self.store.commit_leases(facts, rows)
         self.book = book
+        for watcher in self.watchers:
+            if facts:
+                watcher.committed(facts)
+            elif isinstance(event, leases.Acquire) and isinstance(answer, leases.Held):
+                watcher.renewed(answer.lease)
         if isinstance(answer, leases.Busy):
             raise _busy(answer, now)
         return answer.lease
+
+    def notice_expiries(self) -> None:
+        self._notice_expiries(self.monotonic())
+
+    def _notice_expiries(self, now: float) -> None:
+        for lease in leases.expired(self.book, now):
+            if self._told.get(lease.name) != lease.token:
+                self._told[lease.name] = lease.token
+                for watcher in self.watchers:
+                    watcher.expired(lease)
 
     def acquire(self, name: str, host: str, session: str, ttl: float) -> leases.Lease:
         _check_name(name)
@@ -67,6 +94,7 @@ class LeaseDesk:
         }
 
     def listing(self) -> list[dict[str, Any]]:
+        self.notice_expiries()
         return [self.describe(self.book.leases[n]) for n in sorted(self.book.leases)]
 
 

@@ -4,7 +4,9 @@ A pure machine, `step(book, event, now) -> (book, facts, answer)`: `now` is the 
 monotonic clock (expiry is an interval, never a wall-clock time); the facts are what must be
 stored before the answer leaves. A grant (a new holder, or the same holder after its lease
 expired) takes the next fencing token of that lease and is a fact; a renewal of a live lease
-only moves its expiry and is not. A release is a fact.
+only moves its expiry and is not. A release is a fact. Each fact carries its reason code:
+a grant of a free lease, a takeover from a holder whose grant expired, or a new grant to a
+holder whose own grant expired; a release.
 
 The holder is a host and the agent run on it (`session`): an agent that restarts is a new
 holder and waits for the old grant to expire, since its predecessor's component may still
@@ -21,6 +23,7 @@ from typing import Any, Union
 
 from xce_controller.model import Fact
 from xce_protocol import names
+from xce_protocol.reasons import Reason
 
 GRANTED = "lease_granted"
 RELEASED = "lease_released"
@@ -132,6 +135,8 @@ def _acquire(book: Book, ev: Acquire, now: float) -> tuple[Book, list[Fact], Ans
             "session": ev.session,
             "token": lease.token + 1,
             "ttl": ev.ttl,
+            "code": grant_code(lease, ev).value,
+            "previous": lease.host,
         },
     )
     after = apply(book, fact, now)
@@ -148,10 +153,29 @@ def _release(book: Book, ev: Release, now: float) -> tuple[Book, list[Fact], Ans
         RELEASED,
         ev.wall,
         ev.host,
-        {"lease": ev.name, "host": ev.host, "session": ev.session, "token": lease.token},
+        {
+            "lease": ev.name,
+            "host": ev.host,
+            "session": ev.session,
+            "token": lease.token,
+            "code": Reason.LEASE_RELEASED.value,
+        },
     )
     after = apply(book, fact, now)
     return after, [fact], Held(after.get(ev.name))
+
+
+def grant_code(lease: Lease, ev: Acquire) -> Reason:
+    """Why a lease that is not live is granted: it was free, or its holder's grant expired
+    (the same holder again, or another one taking over)."""
+    if not lease.held:
+        return Reason.LEASE_GRANTED
+    return Reason.LEASE_REGRANTED if lease.holds(ev.host, ev.session) else Reason.LEASE_TAKEN_OVER
+
+
+def expired(book: Book, now: float) -> list[Lease]:
+    """The leases whose holder's grant ran out with neither a renewal nor a release."""
+    return [le for le in book.leases.values() if le.held and not le.live(now)]
 
 
 def apply(book: Book, fact: Fact, now: float) -> Book:

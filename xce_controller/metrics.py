@@ -3,8 +3,9 @@
 Gauges (hosts by state and template, the to-return list, overdue hosts) are computed from the
 controller's state when scraped, so they are never out of step with it. Counters and
 histograms are folded from the facts as they are committed (`FactTally.observe`), plus the
-refusals and request latencies the API reports. One registry per controller: tests and the
-demo run several in one process. docs/operations.md lists every metric.
+refusals and request latencies the API reports; the leases' are in lease_metrics.py. One
+registry per controller: tests and the demo run several in one process.
+docs/observability.md lists every metric.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.routing import Match
 
+from xce_controller import lease_metrics
 from xce_controller import lifecycle as lc
 from xce_controller.model import Cluster, Fact, HostState
 from xce_controller.service import Controller
@@ -201,6 +203,7 @@ class Metrics:
     def __init__(self, ctl: Controller) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StateCollector(ctl))
+        self.leases = lease_metrics.register(self.registry, ctl.leases)
         self.tally = FactTally(self.registry, ctl.cluster)
         self.latency = Histogram(
             "xce_controller_request_duration_seconds",

@@ -31,6 +31,10 @@ class Reason(str, enum.Enum):
     DRAIN_TIMEOUT_KILLED = "drain_timeout_killed"  # drain timed out; its jobs killed
     DECOMMISSIONED_IDLE = "decommissioned_idle"  # not running anything: decommissioned at once
     INSTANCE_RETURNED = "instance_returned"  # the provisioner gave the instance back
+    WORKER_FATAL_CLOSED = "worker_fatal_closed"  # the agent reported its worker FATAL: closed
+    WORKER_FATAL_REPLACED = "worker_fatal_replaced"  # ... and on_worker_fatal: replace drains it
+    WORKER_RECOVERED = "worker_recovered"  # the worker runs again: the host closed for it opens
+    JOIN_GAVE_UP = "join_gave_up"  # the agent gave up joining by its own deadline: overdue
     # --- cloud notices ----------------------------------------------------------------------
     NOTICE_PREEMPTION = "notice_preemption"  # spot/preemptible reclaim announced
     NOTICE_TERMINATION = "notice_termination"  # the instance goes away (retirement, ...)
@@ -64,6 +68,7 @@ class Reason(str, enum.Enum):
     REFUSED_TOO_LARGE = "refused_too_large"
     REFUSED_RATE_LIMITED = "refused_rate_limited"
     REFUSED_STORAGE_UNAVAILABLE = "refused_storage_unavailable"
+    REFUSED_LEASE_HELD = "refused_lease_held"  # another holder has the lease until it expires
     REFUSED_OTHER = "refused_other"  # a refusal kind newer than this catalogue
     # --- components on the host (agent) ---------------------------------------------------
     COMPONENT_STARTED = "component_started"  # started on request (boot, join, operator)
@@ -81,6 +86,18 @@ class Reason(str, enum.Enum):
     CONTROLLER_UNREACHABLE = "controller_unreachable"
     CONTROLLER_REFUSED = "controller_refused"
     CONTROLLER_CONFIRMED_ACTIVE = "controller_confirmed_active"
+    JOIN_DEADLINE_PASSED = "join_deadline_passed"  # never accepted by instance.join_deadline
+    # --- leases (controller: grants and releases; agent: a singleton's hold) ---------------
+    LEASE_GRANTED = "lease_granted"  # granted while free (never held, or released)
+    LEASE_TAKEN_OVER = "lease_taken_over"  # granted to a new holder: the last one's expired
+    LEASE_REGRANTED = "lease_regranted"  # granted again to a holder whose own grant expired
+    LEASE_RELEASED = "lease_released"  # its holder gave it back
+    LEASE_EXPIRED = "lease_expired"  # a grant ran out without a renewal or a release
+    LEASE_WANTED = "lease_wanted"  # the agent asks for a singleton's lease
+    LEASE_REQUEST_FAILED = "lease_request_failed"  # no usable answer to a lease request
+    LEASE_NOT_RENEWED = "lease_not_renewed"  # no renewal by ttl - margin: singleton stopped
+    LEASE_LOST = "lease_lost"  # the controller says another holder has it: singleton stopped
+    LEASE_NOT_HELD = "lease_not_held"  # a singleton found running without a hold: stopped
 
 
 def refusal(kind: str) -> Reason:

@@ -166,6 +166,8 @@ class LeaseAgent:
                 f"give_up: {{starts: {give_up}, window: 1m}}}}",
             ]
         lines.append(f"state_directory: '{self.dir / 'state'}'")
+        self.metrics_file = self.dir / "xce-agent.prom"
+        lines.append(f"metrics: {{textfile: '{self.metrics_file}'}}")
         self.config.write_text("\n".join(lines) + "\n")
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopped = False
@@ -226,6 +228,13 @@ class LeaseAgent:
         except OSError:
             return ""
 
+    def metrics(self) -> str:
+        """The agent's metrics textfile ("" before the first write)."""
+        try:
+            return self.metrics_file.read_text()
+        except OSError:
+            return ""
+
 
 class LeaseCluster:
     def __init__(
@@ -251,6 +260,13 @@ class LeaseCluster:
     def admin(self, method: str, path: str) -> Any:
         headers = {"Authorization": f"Bearer {ADMIN}"}
         return requests.request(method, self.ctl.url + path, headers=headers, timeout=10).json()
+
+    def scrape(self) -> str:
+        """The controller's /metrics."""
+        headers = {"Authorization": f"Bearer {ADMIN}"}
+        r = requests.get(self.ctl.url + "/metrics", headers=headers, timeout=10)
+        r.raise_for_status()
+        return r.text
 
     def holders(self) -> dict[str, str]:
         """Lease -> the host holding it, from the controller; {} when it cannot say."""

@@ -92,6 +92,7 @@ def test_crash_loop_closes_the_host_and_a_recovered_worker_opens_it(rig: Rig) ->
     host = rig.host()
     assert host["reason"].startswith("worker crash loop: worker gave up"), host["reason"]
     assert [c["by"] for c in host["history"]][-1] == "controller"
+    assert host["code"] == "worker_fatal_closed"
     # No new job goes there.
     r = requests.post(
         rig.ctl.url + "/v1/jobs",
@@ -113,6 +114,7 @@ def test_crash_loop_closes_the_host_and_a_recovered_worker_opens_it(rig: Rig) ->
     wait_for(lambda: rig.agent.worker().get("phase") == "running", 30)
     wait_for(lambda: rig.host().get("state") == "open", 20)
     assert rig.host()["reason"] == "worker recovered: worker running again"
+    assert rig.host()["code"] == "worker_recovered"
     assert rig.to_return() == []
 
 
@@ -124,5 +126,7 @@ def test_crash_loop_with_replace_drains_and_lists_the_instance_for_return(rig: R
     assert listed["reason"].startswith("worker crash loop: worker gave up")
     states = [c["state"] for c in listed["history"]]
     assert states[-3:] == ["closed", "draining", "decommissioned"], states
+    codes = [c["code"] for c in listed["history"]][-3:]
+    assert codes[:2] == ["worker_fatal_closed", "worker_fatal_replaced"], codes
     # The agent heard the decommission: a tombstone, and the worker stays down.
     wait_for(lambda: json.dumps(rig.agent.state()).count("decommissioned") > 0, 20)

@@ -73,6 +73,7 @@ def test_never_accepted_runs_the_command_and_tells_the_controller(
         (i1,) = [h for h in record if h["instance_id"] == "i-1"]
         assert i1["state"] == "overdue" and i1["reason"].startswith("agent gave up joining:")
         assert "duplicate" in i1["reason"] and i1["reason"].endswith("(command)")
+        assert i1["code"] == "join_gave_up"
         assert a.proc is not None and a.proc.poll() is None  # a command leaves the agent running
     finally:
         a.stop()

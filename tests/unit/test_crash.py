@@ -44,6 +44,8 @@ def test_close_then_reopen_when_the_worker_runs_again() -> None:
     heartbeat(w, key, report("running"))
     assert w.state(key) is HostState.OPEN
     assert w.cluster.hosts[key].reason == "worker recovered: xce-worker running again"
+    codes = [c.code for c in w.cluster.hosts[key].history[-2:]]
+    assert codes == ["worker_fatal_closed", "worker_recovered"]
 
 
 def test_an_admin_close_is_not_undone() -> None:
@@ -60,6 +62,8 @@ def test_replace_drains_and_lists_the_instance_for_return_with_the_reason() -> N
     heartbeat(w, key, report("fatal"))
     assert w.state(key) is HostState.DRAINING
     assert [c.state for c in w.cluster.hosts[key].history[-2:]] == ["closed", "draining"]
+    codes = [c.code for c in w.cluster.hosts[key].history[-2:]]
+    assert codes == ["worker_fatal_closed", "worker_fatal_replaced"]
     w.tick(1.0)
     assert w.state(key) is HostState.DECOMMISSIONED
     returned = lc.to_return(w.cluster)

@@ -19,6 +19,7 @@ def test_first_grant_is_token_one_and_a_fact() -> None:
     assert isinstance(answer, ls.Held)
     assert answer.lease.token == 1 and answer.lease.host == "a" and answer.lease.expires == 10.0
     assert [f.kind for f in facts] == [ls.GRANTED] and facts[0].data["token"] == 1
+    assert facts[0].data["code"] == "lease_granted" and ls.expired(ls.EMPTY, 0.0) == []
 
 
 def test_renewal_by_the_holder_moves_expiry_and_stores_nothing() -> None:
@@ -35,6 +36,15 @@ def test_another_holder_is_refused_until_expiry_then_gets_the_next_token() -> No
     book, facts, answer = acquire(book, "b", 10.0)
     assert isinstance(answer, ls.Held) and answer.lease.host == "b" and answer.lease.token == 2
     assert facts[0].data["token"] == 2
+    assert facts[0].data["code"] == "lease_taken_over" and facts[0].data["previous"] == "a"
+
+
+def test_expired_lists_the_grants_that_ran_out_unreleased() -> None:
+    book, _, _ = acquire(ls.EMPTY, "a", 0.0)
+    assert ls.expired(book, 9.99) == []
+    assert [le.host for le in ls.expired(book, 10.0)] == ["a"]
+    released, _, _ = ls.step(book, ls.Release("prov", "a", "s1", 1.0), 1.0)
+    assert ls.expired(released, 20.0) == []
 
 
 def test_a_restarted_agent_is_a_new_holder() -> None:
@@ -47,6 +57,7 @@ def test_the_holder_after_its_expiry_gets_a_new_token() -> None:
     book, _, _ = acquire(ls.EMPTY, "a", 0.0)
     book, facts, answer = acquire(book, "a", 10.5)
     assert isinstance(answer, ls.Held) and answer.lease.token == 2 and len(facts) == 1
+    assert facts[0].data["code"] == "lease_regranted"
 
 
 def test_renewal_with_another_ttl_is_refused() -> None:
@@ -58,10 +69,11 @@ def test_renewal_with_another_ttl_is_refused() -> None:
 def test_release_frees_at_once_and_keeps_the_token() -> None:
     book, _, _ = acquire(ls.EMPTY, "a", 0.0)
     book, facts, answer = ls.step(book, ls.Release("prov", "a", "s1", 1.0), 1.0)
-    assert [f.kind for f in facts] == [ls.RELEASED]
+    assert [f.kind for f in facts] == [ls.RELEASED] and facts[0].data["code"] == "lease_released"
     assert isinstance(answer, ls.Held) and not answer.lease.held and answer.lease.token == 1
-    book, _, answer = acquire(book, "b", 1.5)
+    book, facts, answer = acquire(book, "b", 1.5)
     assert isinstance(answer, ls.Held) and answer.lease.token == 2
+    assert facts[0].data["code"] == "lease_granted"  # free again: not a takeover
 
 
 def test_release_by_a_non_holder_changes_nothing() -> None:
