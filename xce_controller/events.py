@@ -38,7 +38,7 @@ class Event:
             "kind": self.fact.kind,
             "by": self.fact.by,
             "key": self.key,
-            "host": name or d.get("name", "") or self.key,
+            "host": name or d.get("name", "") or d.get("host", "") or self.key,
             "instance_id": host.instance_id if host is not None else d.get("instance_id", ""),
             "why": d.get("why", ""),
             "code": d.get("code", ""),

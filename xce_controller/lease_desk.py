@@ -38,6 +38,7 @@ class LeaseDesk:
         self.started = monotonic()
         self.book = leases.restored((leases.from_row(row) for row in store.leases()), self.started)
         self.watchers: list[LeaseWatcher] = []
+        self.on_commit: list[Callable[[list[Fact]], None]] = []  # stored facts (events stream)
         self._told: dict[str, int] = {}  # lease -> the token whose expiry watchers heard of
 
     def _step(self, event: leases.Event) -> leases.Lease:
@@ -48,6 +49,9 @@ class LeaseDesk:
             rows = [leases.to_row(book.get(str(f.data["lease"]))) for f in facts]
             self.store.commit_leases(facts, rows)
         self.book = book
+        if facts:
+            for listener in self.on_commit:
+                listener(facts)
         for watcher in self.watchers:
             if facts:
                 watcher.committed(facts)

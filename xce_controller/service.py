@@ -78,11 +78,17 @@ class Controller:
         self.storage_errors = 0  # changes the database refused since start
         # Told of every committed batch, in order (metrics, the events stream).
         self.on_commit: list[Callable[[list[Fact]], None]] = []
+        self.leases.on_commit.append(self._leases_committed)
         self._recorded: dict[tuple[str, str], float] = {}  # (host key, kind) -> last recorded
         for key in self.cluster.hosts:
             self._schedule(key)
 
     # --- changes ----------------------------------------------------------------------
+    def _leases_committed(self, facts: list[Fact]) -> None:
+        """Lease facts are stored by the lease desk; followers hear of them all the same."""
+        for listener in self.on_commit:
+            listener(facts)
+
     def commit(self, facts: list[Fact]) -> set[str]:
         """Apply facts and what they make due, persist all of it in one transaction, then
         wake watchers and reset timers; returns the touched hosts. On a storage failure

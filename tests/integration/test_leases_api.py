@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 
 from tests.integration.controller_proc import ControllerProcess
 from xce_controller import leases
+from xce_controller.events import KEEPALIVE
 from xce_controller.store import Store
 
 TTL = 1.5
@@ -187,3 +191,45 @@ def test_decommissioned_host_cannot_hold(ctl: ControllerProcess) -> None:
             break
         time.sleep(0.05)
     assert r.status_code == 410 and r.json()["error"] == "decommissioned"
+
+
+def test_grants_and_releases_reach_the_events_stream_with_their_codes(
+    ctl: ControllerProcess,
+) -> None:
+    a = join(ctl, "a")
+    got: list[dict[str, Any]] = []
+    opened = threading.Event()
+
+    def follow() -> None:
+        since = max(int(e["seq"]) for e in events(ctl))  # after the joins
+        params = {"follow": "true", "since": str(since)}
+        with requests.get(
+            ctl.url + "/v1/events", params=params, headers=ADMIN, stream=True, timeout=30
+        ) as r:
+            opened.set()
+            for line in r.iter_lines():
+                if line:
+                    got.append(json.loads(line))
+                if any(e.get("kind") == leases.RELEASED for e in got):
+                    return
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    assert opened.wait(10)
+    assert take(ctl, a, "a").status_code == 200
+    assert give_back(ctl, a, "a").status_code == 200
+    # Woken by the lease facts themselves: well before the stream's 15 s keepalive, after
+    # which a follower reads again anyway.
+    reader.join(KEEPALIVE / 2)
+    assert not reader.is_alive(), got
+    kinds = [(e["kind"], e["code"], e["host"]) for e in got]
+    assert kinds == [
+        (leases.GRANTED, "lease_granted", "a"),
+        (leases.RELEASED, "lease_released", "a"),
+    ]
+
+
+def events(ctl: ControllerProcess) -> list[dict[str, Any]]:
+    r = requests.get(ctl.url + "/v1/events", headers=ADMIN, timeout=10)
+    assert r.status_code == 200, r.text
+    return [json.loads(line) for line in r.text.splitlines() if line]
