@@ -59,6 +59,7 @@ class HolderState:
     valid_until: float = 0.0  # HOLDING ends here (monotonic)
     next_at: float | None = None  # when to send the next request
     asking: float | None = None  # send time of the request in flight
+    renewing: bool = False  # that request was sent while holding (a renewal)
     down: bool = True  # the component is not running (as supervision last said)
     detail: str = ""  # the last answer or failure, for status and logs
     code: str = ""  # its reason code (xce_protocol.reasons), for status and metrics
@@ -203,7 +204,7 @@ def _due(terms: Terms, state: HolderState, actions: tuple[Action, ...], now: flo
         actions = (*actions, Stop(why, lapsed))
     wanted = state.phase in (Phase.SEEKING, Phase.HOLDING)
     if wanted and state.asking is None and state.next_at is not None and now >= state.next_at:
-        state = replace(state, asking=now, next_at=None)
+        state = replace(state, asking=now, next_at=None, renewing=state.phase is Phase.HOLDING)
         actions = (*actions, Ask())
     return state, actions
 
@@ -214,7 +215,7 @@ def _want(state: HolderState, now: float) -> Step:
         # grant is a renewal and the component starts again.
         wanted = replace(state, phase=Phase.SEEKING, next_at=now, code=Reason.LEASE_WANTED.value)
         if wanted.asking is None:
-            return replace(wanted, asking=now, next_at=None), (Ask(),)
+            return replace(wanted, asking=now, next_at=None, renewing=False), (Ask(),)
         return wanted, ()
     return state, ()
 

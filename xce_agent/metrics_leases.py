@@ -20,7 +20,7 @@ LOSSES = (Reason.LEASE_NOT_RENEWED.value, Reason.LEASE_LOST.value)  # a hold end
 @dataclass(frozen=True)
 class LeaseCounts:
     holds: int = 0  # holds begun (the component may run)
-    renew_failures: int = 0  # renewals with no usable answer while holding
+    renew_failures: int = 0  # renewals (sent while holding) with no usable answer
     losses: tuple[tuple[str, int], ...] = ()  # holds ended without a release, by code
 
 
@@ -30,8 +30,10 @@ def count(
     holding = lh.Phase.HOLDING
     if before.phase is not holding and after.phase is holding:
         counts = replace(counts, holds=counts.holds + 1)
+    # A renewal that failed, even if the hold ended before its answer came (it timed out at
+    # the deadline, say).
     answered = isinstance(event, lh.Failed) and event.sent_at == before.asking
-    if answered and before.phase is holding:
+    if answered and before.renewing:
         counts = replace(counts, renew_failures=counts.renew_failures + 1)
     if before.phase is holding and after.phase is lh.Phase.SEEKING and after.code in LOSSES:
         losses = dict(counts.losses)

@@ -60,6 +60,20 @@ def test_a_hold_that_is_not_renewed_counts_its_failures_and_one_loss() -> None:
     )
 
 
+def test_a_renewal_whose_failure_comes_after_the_deadline_still_counts() -> None:
+    state, counts = drive(
+        (0.0, lh.Want("x")),
+        (0.05, lh.Granted(0.0, 1)),
+        (1.0, lh.Tick()),  # the renewal goes out; its answer never comes in time
+        (2.2, lh.Tick()),  # the deadline: stopped before the request gives up
+        (2.25, lh.Failed(1.0, "timed out")),
+    )
+    assert state.phase is lh.Phase.SEEKING
+    assert counts == LeaseCounts(holds=1, renew_failures=1, losses=(("lease_not_renewed", 1),))
+    _, counts = drive((0.0, lh.Want("x")), (0.5, lh.Failed(0.0, "not joined yet")))
+    assert counts.renew_failures == 0  # asking for the lease is not renewing it
+
+
 def test_a_hold_taken_by_another_holder_is_a_loss_and_a_release_is_not() -> None:
     state, counts = drive(
         (0.0, lh.Want("x")),
