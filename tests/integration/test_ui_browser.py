@@ -81,7 +81,8 @@ def ctl(tmp_path: Path) -> Iterator[EmbeddedController]:
 
     # A record not joined yet has no host name: it is found by its instance id in the list.
     def late() -> str:
-        return {h["instance_id"]: h["state"] for h in admin(ctl, "GET", "/v1/expected")}["i-late"]
+        states = {h["instance_id"]: h["state"] for h in admin(ctl, "GET", "/v1/expected")}
+        return str(states["i-late"])
 
     wait_for(lambda: late() == "overdue")
     yield ctl
