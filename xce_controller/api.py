@@ -17,7 +17,7 @@ from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller import notices
 from xce_controller.codec import host_to_json, job_to_json
-from xce_controller.model import TERMINAL, Host, Job
+from xce_controller.model import TERMINAL, AdminAction, Host, HostState, Job
 from xce_controller.schemas import (
     ControlBody,
     DecommissionBody,
@@ -167,7 +167,7 @@ def create_app(ctl: Controller) -> FastAPI:
             "protocol": PROTOCOL,
             "heartbeat_interval": ctl.cfg.heartbeat_interval,
             "host_loss_grace": ctl.cfg.host_loss_grace,
-            "unmatched_joins": ctl.cfg.unmatched_joins,
+            "unmatched_joins": ctl.cfg.unmatched_joins.value,
             "templates": sorted(ctl.cfg.templates),
         }
 
@@ -270,8 +270,8 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.get("/v1/expected", response_model=list[HostDetail], responses=ERRORS)
     async def expected(by: Admin) -> list[dict[str, Any]]:
-        wanted = ("expected", "overdue")
-        return [detail(h) for h in ctl.cluster.hosts.values() if h.state.value in wanted]
+        wanted = (HostState.EXPECTED, HostState.OVERDUE)
+        return [detail(h) for h in ctl.cluster.hosts.values() if h.state in wanted]
 
     @app.get("/v1/to-return", response_model=list[HostDetail], responses=ERRORS)
     async def to_return(by: Admin) -> list[dict[str, Any]]:
@@ -284,8 +284,8 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.get("/v1/hosts", response_model=list[HostDetail], responses=ERRORS)
     async def hosts(by: Admin, all: bool = False) -> list[dict[str, Any]]:
-        hidden = () if all else ("decommissioned", "returned")
-        shown = [h for h in ctl.cluster.hosts.values() if h.state.value not in hidden]
+        hidden = () if all else TERMINAL
+        shown = [h for h in ctl.cluster.hosts.values() if h.state not in hidden]
         return [detail(h) for h in sorted(shown, key=lambda h: h.name or h.key)]
 
     @app.get("/v1/hosts/{name}", response_model=HostDetail, responses=ERRORS)
@@ -294,17 +294,17 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/hosts/{name}/open", response_model=HostDetail, responses=ERRORS)
     async def open_host(name: str, body: ControlBody, by: Admin) -> dict[str, Any]:
-        return detail(ctl.control(name, "open", "admin", why=body.reason))
+        return detail(ctl.control(name, AdminAction.OPEN, "admin", why=body.reason))
 
     @app.post("/v1/hosts/{name}/close", response_model=HostDetail, responses=ERRORS)
     async def close_host(name: str, body: ControlBody, by: Admin) -> dict[str, Any]:
-        return detail(ctl.control(name, "close", "admin", why=body.reason))
+        return detail(ctl.control(name, AdminAction.CLOSE, "admin", why=body.reason))
 
     @app.post("/v1/hosts/{name}/decommission", response_model=HostDetail, responses=ERRORS)
     async def decommission(name: str, body: DecommissionBody, by: Admin) -> dict[str, Any]:
         host = ctl.control(
             name,
-            "decommission",
+            AdminAction.DECOMMISSION,
             "admin",
             drain_timeout=body.drain_timeout,
             policy=body.policy,

@@ -49,7 +49,9 @@ def host_to_json(host: Host) -> dict[str, Any]:
         "resources": dict(host.resources),
         "drain": drain,
         "reason": host.reason,
-        "history": [{"at": c.at, "state": c.state, "by": c.by, "why": c.why} for c in host.history],
+        "history": [
+            {"at": c.at, "state": c.state.value, "by": c.by, "why": c.why} for c in host.history
+        ],
         "before_loss": host.before_loss,
         "notice": notice_to_json(host.notice),
     }
@@ -88,7 +90,9 @@ def host_from_json(d: dict[str, Any]) -> Host:
         resources=dict(d["resources"]),
         drain=drain,
         reason=d["reason"],
-        history=tuple(Change(c["at"], c["state"], c["by"], c["why"]) for c in d["history"]),
+        history=tuple(
+            Change(c["at"], HostState(c["state"]), c["by"], c["why"]) for c in d["history"]
+        ),
         before_loss=d.get("before_loss", ""),
         notice=notice_from_json(d.get("notice")),
     )

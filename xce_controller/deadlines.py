@@ -65,7 +65,7 @@ def host_due(
                     now,
                     CONTROLLER,
                     key=host.key,
-                    state="overdue",
+                    state=HostState.OVERDUE.value,
                     why="not joined by its deadline",
                 )
             ]
@@ -85,7 +85,7 @@ def host_due(
                 now,
                 CONTROLLER,
                 key=host.key,
-                state="lost",
+                state=HostState.LOST.value,
                 why=f"no heartbeat for {now - seen:.0f}s",
             ),
         ]
@@ -102,7 +102,16 @@ def _drain_due(cluster: Cluster, now: float, host: Host, deadline: float | None)
     jobs = cluster.jobs_on(host.key)
     why = host.drain.why or "decommissioned"
     if not jobs:
-        return [fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=why)]
+        return [
+            fact(
+                "state",
+                now,
+                CONTROLLER,
+                key=host.key,
+                state=HostState.DECOMMISSIONED.value,
+                why=why,
+            )
+        ]
     if deadline is None or now < deadline:
         return []
     if host.drain.policy is DrainPolicy.KILL:
@@ -116,7 +125,12 @@ def _drain_due(cluster: Cluster, now: float, host: Host, deadline: float | None)
             for j in jobs
         ]
     done = f"{why} (drain timed out after {host.drain.timeout:g}s: {host.drain.policy.value})"
-    return [*facts, fact("state", now, CONTROLLER, key=host.key, state="decommissioned", why=done)]
+    return [
+        *facts,
+        fact(
+            "state", now, CONTROLLER, key=host.key, state=HostState.DECOMMISSIONED.value, why=done
+        ),
+    ]
 
 
 def next_due(

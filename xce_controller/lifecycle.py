@@ -16,11 +16,13 @@ from xce_controller.config import ClusterConfig
 from xce_controller.model import (
     JOINED,
     TERMINAL,
+    AdminAction,
     Cluster,
     DrainPolicy,
     Fact,
     Host,
     HostState,
+    UnmatchedJoins,
 )
 
 CONTROLLER = "controller"
@@ -123,7 +125,11 @@ def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[
     host = cluster.hosts.get(instance_id)
     if host is None or not returnable(host):
         raise Refused("not_returnable", 409, f"instance {instance_id} is not on the to-return list")
-    return [fact("state", now, by, key=host.key, state="returned", why="instance returned")]
+    return [
+        fact(
+            "state", now, by, key=host.key, state=HostState.RETURNED.value, why="instance returned"
+        )
+    ]
 
 
 # --- joins and heartbeats -------------------------------------------------------------
@@ -148,7 +154,7 @@ def join(
         if known.state in TERMINAL:
             raise decommissioned(known)
         return known, _join_again(now, req, known)
-    if cfg.unmatched_joins == "refuse":
+    if cfg.unmatched_joins is UnmatchedJoins.REFUSE:
         raise Refused(
             "unmatched",
             403,
@@ -317,25 +323,32 @@ def control(
     now: float,
     by: str,
     host: Host,
-    action: str,
+    action: AdminAction,
     drain_timeout: float | None = None,
     policy: str | None = None,
     why: str = "",
 ) -> list[Fact]:
     if host.state in TERMINAL:
         raise Refused("conflict", 409, f"host {host.name or host.key} is {host.state.value}")
-    if action in ("open", "close"):
+    if action in (AdminAction.OPEN, AdminAction.CLOSE):
         allowed = (HostState.OPEN, HostState.CLOSED)
         if host.state not in allowed:
             raise Refused(
                 "conflict",
                 409,
-                f"cannot {action} host {host.name or host.key}: it is {host.state.value}",
+                f"cannot {action.value} host {host.name or host.key}: it is {host.state.value}",
             )
-        state = "open" if action == "open" else "closed"
-        return [fact("state", now, by, key=host.key, state=state, why=why or f"{action}ed by {by}")]
-    if action != "decommission":
-        raise Refused("bad_request", 422, f"unknown action {action!r}")
+        state = HostState.OPEN if action is AdminAction.OPEN else HostState.CLOSED
+        return [
+            fact(
+                "state",
+                now,
+                by,
+                key=host.key,
+                state=state.value,
+                why=why or f"{action.done} by {by}",
+            )
+        ]
     if host.state is HostState.DRAINING:
         raise Refused("conflict", 409, f"host {host.name} is already draining")
     if host.state not in JOINED:  # expected, overdue, lost: nothing runs there
@@ -345,8 +358,8 @@ def control(
                 now,
                 by,
                 key=host.key,
-                state="decommissioned",
-                why=why or f"decommissioned by {by}",
+                state=HostState.DECOMMISSIONED.value,
+                why=why or f"{action.done} by {by}",
             )
         ]
     chosen = DrainPolicy(policy) if policy else cfg.drain_policy
@@ -363,7 +376,7 @@ def control(
             key=host.key,
             timeout=timeout,
             policy=chosen.value,
-            why=why or f"decommissioned by {by}",
+            why=why or f"{action.done} by {by}",
         )
     ]
     return facts

@@ -84,7 +84,14 @@ def receive(cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, n: Not
     facts = [_record(now, host, n, acting)]
     if _closes(acting) and host.state is HostState.OPEN:
         facts.append(
-            fact("state", now, host.name, key=host.key, state="closed", why=describe(acting))
+            fact(
+                "state",
+                now,
+                host.name,
+                key=host.key,
+                state=HostState.CLOSED.value,
+                why=describe(acting),
+            )
         )
     return facts
 
@@ -126,7 +133,9 @@ def _end(now: float, host: Host, received: Notice, why: str) -> list[Fact]:
     assert host.notice is not None
     facts = [_record(now, host, received, None)]
     if host.notice.reopen and host.state is HostState.CLOSED:
-        facts.append(fact("state", now, host.name, key=host.key, state="open", why=why))
+        facts.append(
+            fact("state", now, host.name, key=host.key, state=HostState.OPEN.value, why=why)
+        )
     return facts
 
 
@@ -148,7 +157,9 @@ def due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
         facts = [fact("notice", now, CONTROLLER, key=host.key, notice=None)]
         if notice.reopen and host.state is HostState.CLOSED:
             why = "rebalance advice lapsed: no preemption followed"
-            facts.append(fact("state", now, CONTROLLER, key=host.key, state="open", why=why))
+            facts.append(
+                fact("state", now, CONTROLLER, key=host.key, state=HostState.OPEN.value, why=why)
+            )
         return facts
     return []
 
@@ -171,7 +182,9 @@ def after_join(now: float, host: Host, boot_id_before: str) -> list[Fact]:
     why = f"rejoined after the {notice.kind} notice (new boot)"
     facts = [fact("notice", now, host.name, key=host.key, notice=None)]
     if notice.reopen and host.state is HostState.CLOSED:
-        facts.append(fact("state", now, host.name, key=host.key, state="open", why=why))
+        facts.append(
+            fact("state", now, host.name, key=host.key, state=HostState.OPEN.value, why=why)
+        )
     return facts
 
 

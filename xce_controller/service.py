@@ -24,7 +24,7 @@ from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
 from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
-from xce_controller.model import TERMINAL, Fact, Host
+from xce_controller.model import TERMINAL, AdminAction, Fact, Host
 from xce_controller.store import StorageUnavailable, Store
 from xce_controller.timers import Timers
 from xce_protocol.errors import ConfigError
@@ -307,7 +307,7 @@ class Controller:
     def cancel(self, job_id: int, by: str) -> None:
         self.commit(jobmodel.cancel(self.cluster, self.clock(), by, job_id))
 
-    def control(self, name: str, action: str, by: str, **params: Any) -> Host:
+    def control(self, name: str, action: AdminAction, by: str, **params: Any) -> Host:
         host = self.find_host(name)
         self.commit(lc.control(self.cluster, self.cfg, self.clock(), by, host, action, **params))
         return self.cluster.hosts[host.key]

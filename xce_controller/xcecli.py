@@ -15,6 +15,8 @@ from typing import Any
 import click
 import requests
 
+from xce_controller.model import AdminAction
+
 EX_REFUSED = 1
 EX_UNREACHABLE = 3
 
@@ -224,8 +226,8 @@ def expect(client: Client, /, instance_id: str, **fields: Any) -> None:
     click.echo(f"expected {h['instance_id']} ({h['template']}) until {_when(h['deadline'])}")
 
 
-def _control(client: Client, name: str, action: str, body: dict[str, Any]) -> None:
-    h = client.call("POST", f"/v1/hosts/{name}/{action}", json=body)
+def _control(client: Client, name: str, action: AdminAction, body: dict[str, Any]) -> None:
+    h = client.call("POST", f"/v1/hosts/{name}/{action.value}", json=body)
     shown = h["name"] or h["expected_name"] or h["instance_id"] or name
     click.echo(f"{shown}: {h['state']} ({h['reason']})")
 
@@ -235,7 +237,7 @@ def _control(client: Client, name: str, action: str, body: dict[str, Any]) -> No
 @click.pass_obj
 def open_(client: Client, name: str) -> None:
     """Open a host to new work."""
-    _control(client, name, "open", {})
+    _control(client, name, AdminAction.OPEN, {})
 
 
 @main.command()
@@ -243,7 +245,7 @@ def open_(client: Client, name: str) -> None:
 @click.pass_obj
 def close(client: Client, name: str) -> None:
     """Close a host to new work."""
-    _control(client, name, "close", {})
+    _control(client, name, AdminAction.CLOSE, {})
 
 
 @main.command()
@@ -261,7 +263,7 @@ def decommission(
         body["drain_timeout"] = drain_timeout
     if policy:
         body["policy"] = policy
-    _control(client, name, "decommission", body)
+    _control(client, name, AdminAction.DECOMMISSION, body)
 
 
 @main.command("to-return")

@@ -10,7 +10,7 @@ from xce_controller import deadlines
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import Template
-from xce_controller.model import HostState, JobState
+from xce_controller.model import AdminAction, HostState, JobState
 
 
 def _draining_with_a_job(w: World) -> int:
@@ -56,7 +56,7 @@ def test_a_closed_host_lost_returns_closed_and_an_open_one_open() -> None:
     w = World()
     w.join("a")
     w.join("b")
-    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:a"], "close"))
+    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:a"], AdminAction.CLOSE))
     w.tick(30.1)
     assert (w.state("host:a"), w.state("host:b")) == (HostState.LOST, HostState.LOST)
     w.now = 31.0
