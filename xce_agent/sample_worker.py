@@ -29,6 +29,7 @@ from typing import Any
 import requests
 
 from xce_agent.bounded_http import MAX_BODY, parse_json
+from xce_protocol.errors import UsageError, XceError
 from xce_protocol.protocol import Identity, Outcome, classify
 
 DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
@@ -67,6 +68,12 @@ def not_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
+class Decommissioned(XceError):
+    """The controller refused this worker's host as decommissioned: the worker is done."""
+
+    exit_code = DECOMMISSIONED_EXIT
+
+
 @dataclass
 class Running:
     proc: subprocess.Popen[bytes]
@@ -75,6 +82,11 @@ class Running:
 
 class SampleWorker:
     def __init__(self, env: dict[str, str]) -> None:
+        missing = [
+            k for k in ("XCE_TEMPLATE_FILE", "XCE_HOST_NAME", "XCE_CONTROLLER_URL") if k not in env
+        ]
+        if missing:
+            raise UsageError(f"{missing[0]} is not set: run the sample worker under the agent")
         with open(env["XCE_TEMPLATE_FILE"]) as handle:
             doc = json.load(handle)
         self.slots = int(doc["template"]["slots"])
@@ -102,7 +114,7 @@ class SampleWorker:
         return self._request("POST", path, json=body, timeout=10)
 
     def join(self) -> bool:
-        """True when joined; exits DECOMMISSIONED_EXIT when refused as decommissioned."""
+        """True when joined; raises Decommissioned when refused as decommissioned."""
         status, answer = self._post(
             "/v1/join", {"host": self.host, "instance_id": self.instance, "roles": ["worker"]}
         )
@@ -123,9 +135,8 @@ class SampleWorker:
             return
         answer = classify(status, body, Identity(self.host, self.instance))
         if answer.outcome is Outcome.DECOMMISSIONED:
-            log.warning("rejoin refused: %s", answer.body.get("message"))
             self.kill_all()
-            sys.exit(DECOMMISSIONED_EXIT)
+            raise Decommissioned(f"rejoin refused: {answer.body.get('message')}")
 
     def step(self) -> None:
         """One watch; the next one starts no sooner than MIN_WATCH_GAP after this one did."""

@@ -1,7 +1,8 @@
 """`xcecli`: the admin CLI of the reference controller (the name the brief uses).
 
 Exit codes: 0 ok; 1 the controller refused (its message printed as one line); 2 usage;
-3 the controller could not be reached.
+3 the controller could not be reached. The client raises typed errors; the group
+(xce_protocol.exits) turns each into its line and exit code.
 """
 
 from __future__ import annotations
@@ -16,9 +17,20 @@ import click
 import requests
 
 from xce_controller.model import AdminAction
+from xce_protocol.errors import UsageError, XceError
+from xce_protocol.exits import ErrorExits
 
-EX_REFUSED = 1
-EX_UNREACHABLE = 3
+
+class ControllerRefused(XceError):
+    """The controller answered with an error status."""
+
+    exit_code = 1
+
+
+class ControllerUnreachable(XceError):
+    """No answer from the controller at all."""
+
+    exit_code = 3
 
 
 class Client:
@@ -32,16 +44,14 @@ class Client:
         try:
             response = self.session.request(method, self.url + path, timeout=30, **kwargs)
         except requests.RequestException as exc:
-            click.echo(f"xcecli: cannot reach {self.url}: {type(exc).__name__}", err=True)
-            sys.exit(EX_UNREACHABLE)
+            raise ControllerUnreachable(f"cannot reach {self.url}: {type(exc).__name__}") from None
         try:
             body = response.json()
         except ValueError:
             body = None
         if response.status_code >= 400:
             message = body.get("message") if isinstance(body, dict) else response.text[:200]
-            click.echo(f"xcecli: {response.status_code}: {message}", err=True)
-            sys.exit(EX_REFUSED)
+            raise ControllerRefused(f"{response.status_code}: {message}")
         return body
 
 
@@ -60,7 +70,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-@click.group()
+@click.group(cls=ErrorExits, name="xcecli")
 @click.option(
     "--url",
     envvar="XCE_CONTROLLER_URL",
@@ -86,8 +96,7 @@ def main(ctx: click.Context, url: str, token: str, token_file: str | None) -> No
             with open(token_file, encoding="utf-8") as handle:
                 token = handle.read().strip()
         except OSError as exc:
-            click.echo(f"xcecli: --token-file {token_file}: {exc.strerror}", err=True)
-            sys.exit(2)
+            raise UsageError(f"--token-file {token_file}: {exc.strerror}") from None
     ctx.obj = Client(url, token)
 
 
