@@ -71,14 +71,15 @@ def run(config_file: str | None) -> None:
 
 @main.command()
 @config_option
-@click.option("--state-dir", type=click.Path(path_type=Path), help="Read state from here.")
+# No path_type: click 7 (Debian 11, the Python 3.9 distributions) does not have it.
+@click.option("--state-dir", type=click.Path(), help="Read state from here.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(config_file: str | None, state_dir: Path | None, as_json: bool) -> None:
+def status(config_file: str | None, state_dir: str | None, as_json: bool) -> None:
     """Show the agent's state: lifecycle, components, controller contact."""
     from xce_agent.state import StateStore
     from xce_agent.status_view import render_status
 
-    directory = state_dir or _load(config_file).state_directory
+    directory = Path(state_dir) if state_dir else _load(config_file).state_directory
     state = StateStore(directory).read_only()
     if state is None:
         raise NoState(f"no state in {directory}: the agent has not run here")
