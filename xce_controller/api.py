@@ -1,11 +1,16 @@
-"""The controller's REST API, version 1 (`/v1`). See docs/protocol.md and docs/openapi.json."""
+"""The controller's REST API, version 1 (`/v1`). See docs/protocol.md and docs/openapi.json.
+
+Parameters are declared as defaults (`= AUTHORIZATION`), not with Annotated, and the
+lifespan falls back to startup/shutdown handlers: Debian 12's FastAPI 0.92 has neither.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hmac
+import inspect
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Optional
+from typing import Any, Optional
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -18,6 +23,7 @@ from xce_controller import lifecycle as lc
 from xce_controller import notices
 from xce_controller.codec import host_to_json, job_to_json
 from xce_controller.model import TERMINAL, AdminAction, Host, HostState, Job
+from xce_controller.pydantic_versions import dump
 from xce_controller.schemas import (
     ControlBody,
     DecommissionBody,
@@ -51,14 +57,20 @@ def _bearer(authorization: Optional[str]) -> str:
     return ""
 
 
-def _admin(request: Request, authorization: Annotated[Optional[str], Header()] = None) -> str:
+AUTHORIZATION = Header(None)
+
+
+def _admin(request: Request, authorization: Optional[str] = AUTHORIZATION) -> str:
     token = request.app.state.controller.cfg.admin_token
     if not hmac.compare_digest(_bearer(authorization), token):
         raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
     return "admin"
 
 
-Admin = Annotated[str, Depends(_admin)]
+ADMIN = Depends(_admin)
+SINCE = Query(0, ge=0)
+WATCH_TIMEOUT = Query(30.0, ge=0, le=300)
+INSTANCE_ID = Query("", max_length=253)
 
 
 def _allowed(app: FastAPI, path: str) -> list[str]:
@@ -69,15 +81,23 @@ def _allowed(app: FastAPI, path: str) -> list[str]:
     return sorted(methods)
 
 
-def create_app(ctl: Controller) -> FastAPI:
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        ctl.start()
-        yield
-        await ctl.stop()
+def _lifespan(ctl: Controller) -> dict[str, Any]:
+    """Start the controller's timers with the server: a lifespan where FastAPI has one."""
+    if "lifespan" in inspect.signature(FastAPI.__init__).parameters:
 
+        @contextlib.asynccontextmanager
+        async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+            ctl.start()
+            yield
+            await ctl.stop()
+
+        return {"lifespan": lifespan}
+    return {"on_startup": [ctl.start], "on_shutdown": [ctl.stop]}
+
+
+def create_app(ctl: Controller) -> FastAPI:
     app = FastAPI(
-        lifespan=lifespan,
+        **_lifespan(ctl),
         title="XCE reference controller",
         version=PROTOCOL,
         description="Elastic-host lifecycle: expected hosts, joins, drain, decommission.",
@@ -172,9 +192,7 @@ def create_app(ctl: Controller) -> FastAPI:
         }
 
     @app.post("/v1/join", response_model=JoinAnswer, responses=ERRORS)
-    async def join(
-        body: JoinBody, authorization: Annotated[Optional[str], Header()] = None
-    ) -> dict[str, Any]:
+    async def join(body: JoinBody, authorization: Optional[str] = AUTHORIZATION) -> dict[str, Any]:
         req = lc.JoinRequest(
             name=body.host,
             instance_id=body.instance_id,
@@ -198,9 +216,9 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/hosts/{name}/heartbeat", response_model=HostAnswer, responses=ERRORS)
     async def heartbeat(
-        name: str, body: HeartbeatBody, authorization: Annotated[Optional[str], Header()] = None
+        name: str, body: HeartbeatBody, authorization: Optional[str] = AUTHORIZATION
     ) -> dict[str, Any]:
-        report = body.model_dump()
+        report = dump(body)
         ctl.record_report(name, body.instance_id, report)
         host = ctl.agent_host(name, body.instance_id, _bearer(authorization))
         return answer(ctl.heartbeat(host, report))
@@ -219,10 +237,10 @@ def create_app(ctl: Controller) -> FastAPI:
     @app.get("/v1/hosts/{name}/watch", response_model=WatchAnswer, responses=ERRORS)
     async def watch(
         name: str,
-        since: Annotated[int, Query(ge=0)] = 0,
-        timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
-        instance_id: Annotated[str, Query(max_length=253)] = "",
-        authorization: Annotated[Optional[str], Header()] = None,
+        since: int = SINCE,
+        timeout: float = WATCH_TIMEOUT,
+        instance_id: str = INSTANCE_ID,
+        authorization: Optional[str] = AUTHORIZATION,
     ) -> dict[str, Any]:
         host = ctl.agent_host(name, instance_id, _bearer(authorization))
         host = await ctl.watch(host, since, timeout)
@@ -237,7 +255,7 @@ def create_app(ctl: Controller) -> FastAPI:
         job_id: int,
         event: str,
         body: JobReportBody,
-        authorization: Annotated[Optional[str], Header()] = None,
+        authorization: Optional[str] = AUTHORIZATION,
     ) -> dict[str, Any]:
         if event not in ("started", "finished"):
             raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
@@ -248,7 +266,7 @@ def create_app(ctl: Controller) -> FastAPI:
         return job(ctl.cluster.jobs[job_id])
 
     @app.post("/v1/expected", response_model=HostDetail, status_code=201, responses=ERRORS)
-    async def expect(body: ExpectBody, by: Admin) -> dict[str, Any]:
+    async def expect(body: ExpectBody, by: str = ADMIN) -> dict[str, Any]:
         now = ctl.clock()
         deadline = now + body.deadline_in if body.deadline_in else None
         ctl.commit(
@@ -269,39 +287,39 @@ def create_app(ctl: Controller) -> FastAPI:
         return detail(ctl.cluster.hosts[body.instance_id])
 
     @app.get("/v1/expected", response_model=list[HostDetail], responses=ERRORS)
-    async def expected(by: Admin) -> list[dict[str, Any]]:
+    async def expected(by: str = ADMIN) -> list[dict[str, Any]]:
         wanted = (HostState.EXPECTED, HostState.OVERDUE)
         return [detail(h) for h in ctl.cluster.hosts.values() if h.state in wanted]
 
     @app.get("/v1/to-return", response_model=list[HostDetail], responses=ERRORS)
-    async def to_return(by: Admin) -> list[dict[str, Any]]:
+    async def to_return(by: str = ADMIN) -> list[dict[str, Any]]:
         return [detail(h) for h in lc.to_return(ctl.cluster)]
 
     @app.post("/v1/to-return/{instance_id}/ack", response_model=HostDetail, responses=ERRORS)
-    async def ack(instance_id: str, by: Admin) -> dict[str, Any]:
+    async def ack(instance_id: str, by: str = ADMIN) -> dict[str, Any]:
         ctl.commit(lc.ack_return(ctl.cluster, ctl.clock(), "provisioner", instance_id))
         return detail(ctl.cluster.hosts[instance_id])
 
     @app.get("/v1/hosts", response_model=list[HostDetail], responses=ERRORS)
-    async def hosts(by: Admin, all: bool = False) -> list[dict[str, Any]]:
+    async def hosts(all: bool = False, by: str = ADMIN) -> list[dict[str, Any]]:
         hidden = () if all else TERMINAL
         shown = [h for h in ctl.cluster.hosts.values() if h.state not in hidden]
         return [detail(h) for h in sorted(shown, key=lambda h: h.name or h.key)]
 
     @app.get("/v1/hosts/{name}", response_model=HostDetail, responses=ERRORS)
-    async def host(name: str, by: Admin) -> dict[str, Any]:
+    async def host(name: str, by: str = ADMIN) -> dict[str, Any]:
         return detail(ctl.find_host(name))
 
     @app.post("/v1/hosts/{name}/open", response_model=HostDetail, responses=ERRORS)
-    async def open_host(name: str, body: ControlBody, by: Admin) -> dict[str, Any]:
+    async def open_host(name: str, body: ControlBody, by: str = ADMIN) -> dict[str, Any]:
         return detail(ctl.control(name, AdminAction.OPEN, "admin", why=body.reason))
 
     @app.post("/v1/hosts/{name}/close", response_model=HostDetail, responses=ERRORS)
-    async def close_host(name: str, body: ControlBody, by: Admin) -> dict[str, Any]:
+    async def close_host(name: str, body: ControlBody, by: str = ADMIN) -> dict[str, Any]:
         return detail(ctl.control(name, AdminAction.CLOSE, "admin", why=body.reason))
 
     @app.post("/v1/hosts/{name}/decommission", response_model=HostDetail, responses=ERRORS)
-    async def decommission(name: str, body: DecommissionBody, by: Admin) -> dict[str, Any]:
+    async def decommission(name: str, body: DecommissionBody, by: str = ADMIN) -> dict[str, Any]:
         host = ctl.control(
             name,
             AdminAction.DECOMMISSION,
@@ -313,7 +331,7 @@ def create_app(ctl: Controller) -> FastAPI:
         return detail(host)
 
     @app.post("/v1/jobs", response_model=JobBody, status_code=201, responses=ERRORS)
-    async def submit(body: SubmitBody, by: Admin) -> dict[str, Any]:
+    async def submit(body: SubmitBody, by: str = ADMIN) -> dict[str, Any]:
         facts = jobmodel.submit(
             ctl.cluster, ctl.clock(), "admin", body.command, body.slots, body.host
         )
@@ -322,16 +340,16 @@ def create_app(ctl: Controller) -> FastAPI:
         return job(ctl.cluster.jobs[job_id])
 
     @app.get("/v1/jobs", response_model=list[JobBody], responses=ERRORS)
-    async def jobs(by: Admin) -> list[dict[str, Any]]:
+    async def jobs(by: str = ADMIN) -> list[dict[str, Any]]:
         return [job(j) for j in sorted(ctl.cluster.jobs.values(), key=lambda j: j.id)]
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=JobBody, responses=ERRORS)
-    async def cancel(job_id: int, by: Admin) -> dict[str, Any]:
+    async def cancel(job_id: int, by: str = ADMIN) -> dict[str, Any]:
         ctl.cancel(job_id, "admin")
         return job(ctl.cluster.jobs[job_id])
 
     @app.get("/v1/templates", response_model=list[TemplateUse], responses=ERRORS)
-    async def templates(by: Admin) -> list[dict[str, Any]]:
+    async def templates(by: str = ADMIN) -> list[dict[str, Any]]:
         uses: dict[str, int] = {}
         for h in ctl.cluster.hosts.values():
             if h.state not in TERMINAL:

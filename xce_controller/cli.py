@@ -91,7 +91,11 @@ def run_loop(main: Any) -> None:
     except ImportError:
         asyncio.run(main)
         return
-    uvloop.run(main)
+    if hasattr(uvloop, "run"):
+        uvloop.run(main)
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # uvloop < 0.18 (Debian 12)
+    asyncio.run(main)
 
 
 def _loopback(host: str) -> bool:

@@ -1,34 +1,18 @@
-"""Request and answer bodies of the REST API; FastAPI derives the OpenAPI document from them."""
+"""Request and answer bodies of the REST API; FastAPI derives the OpenAPI document from them.
+
+Written for pydantic 1.10 and 2 alike (pydantic_versions.py): JSON numbers are checked by
+`json_numbers` validators, bounded strings and lists by `text` and `items`.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from xce_controller.pydantic_versions import Lenient, Strict, items, json_numbers, text
 
-def _json_number(value: Any) -> Any:
-    """JSON Schema's number and integer: no booleans, no numeric strings (pydantic's lax mode
-    would coerce both), but 3.0 is an integer."""
-    if isinstance(value, (bool, str)):
-        raise ValueError("expected a number")
-    return value
-
-
-JsonInt = Annotated[int, BeforeValidator(_json_number)]
-JsonFloat = Annotated[float, BeforeValidator(_json_number)]
-
-Name = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
-
-
-class Lenient(BaseModel):
-    """Agents may send fields a newer protocol adds: unknown fields are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 
 
 class ErrorBody(BaseModel):
@@ -42,13 +26,13 @@ class ErrorBody(BaseModel):
 
 class JoinBody(Lenient):
     protocol: str = Field("1.0", max_length=16)
-    host: str = Name
+    host: str = text(min_length=1, max_length=253, pattern=NAME_PATTERN)
     instance_id: str = Field("", max_length=253)
     template: str = Field("", max_length=253)
     provider: str = Field("", max_length=253)
-    addresses: list[str] = Field(default_factory=list, max_length=64)
+    addresses: list[str] = items(list, max_length=64)
     boot_id: str = Field("", max_length=64)
-    roles: list[str] = Field(default_factory=list, max_length=16)
+    roles: list[str] = items(list, max_length=16)
     resources: dict[str, Any] = Field(default_factory=dict)
     agent_version: str = Field("", max_length=64)
 
@@ -91,9 +75,11 @@ class JoinAnswer(BaseModel):
 class ComponentReport(Lenient):
     name: str = Field(max_length=128)
     state: str = Field(max_length=32)
-    pid: Optional[JsonInt] = None
-    restarts: JsonInt = 0
+    pid: Optional[int] = None
+    restarts: int = 0
     last_exit: Optional[str] = Field(None, max_length=512)
+
+    check_numbers = json_numbers("pid", "restarts", integer=True)
 
 
 class HeartbeatBody(Lenient):
@@ -101,7 +87,7 @@ class HeartbeatBody(Lenient):
     instance_id: str = Field("", max_length=253)
     boot_id: str = Field("", max_length=64)
     agent_state: str = Field("running", max_length=64)
-    components: list[ComponentReport] = Field(default_factory=list, max_length=64)
+    components: list[ComponentReport] = items(list, max_length=64)
 
 
 class NoticeDetail(BaseModel):
@@ -203,15 +189,15 @@ class HostDetail(BaseModel):
 
 
 class ExpectBody(Strict):
-    instance_id: str = Field(min_length=1, max_length=253, pattern=r"^\S+$")
+    instance_id: str = text(min_length=1, max_length=253, pattern=r"^\S+$")
     template: str = Field(min_length=1, max_length=253)
     expected_name: str = Field("", max_length=253)
     expected_address: str = Field("", max_length=64)
-    deadline_in: Optional[
-        Annotated[float, Field(gt=0, le=10 * 365 * 86400), BeforeValidator(_json_number)]
-    ] = None
+    deadline_in: Optional[float] = Field(None, gt=0, le=10 * 365 * 86400)
     provider: str = Field("", max_length=253)
     join_token: str = Field("", max_length=512)
+
+    check_numbers = json_numbers("deadline_in", integer=False)
 
 
 class ControlBody(Strict):
@@ -219,21 +205,25 @@ class ControlBody(Strict):
 
 
 class DecommissionBody(Strict):
-    drain_timeout: Optional[
-        Annotated[float, Field(ge=0, le=30 * 86400), BeforeValidator(_json_number)]
-    ] = None
+    drain_timeout: Optional[float] = Field(None, ge=0, le=30 * 86400)
     policy: Optional[Literal["requeue", "kill", "wait"]] = None
     reason: str = Field("", max_length=512)
 
+    check_numbers = json_numbers("drain_timeout", integer=False)
+
 
 class SubmitBody(Strict):
-    command: list[str] = Field(min_length=1, max_length=256)
-    slots: Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_number)] = 1
+    command: list[str] = items(min_length=1, max_length=256)
+    slots: int = Field(1, ge=1, le=4096)
     host: str = Field("", max_length=253)
+
+    check_numbers = json_numbers("slots", integer=True)
 
 
 class JobReportBody(Lenient):
-    exit_code: Annotated[int, Field(ge=-255, le=255), BeforeValidator(_json_number)] = 0
+    exit_code: int = Field(0, ge=-255, le=255)
+
+    check_numbers = json_numbers("exit_code", integer=True)
 
 
 class TemplateUse(TemplateBody):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import secrets
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -65,16 +67,18 @@ def make_server(
     cfg: ClusterConfig, db: Path, sock: socket.socket
 ) -> tuple[uvicorn.Server, Controller]:
     controller = Controller(cfg, Store(db))
-    config = uvicorn.Config(
-        create_app(controller),
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        timeout_keep_alive=120,
-        # Long-polls would hold a graceful shutdown for their whole timeout.
-        timeout_graceful_shutdown=2,
-        backlog=1024,
-    )
+    options: dict[str, Any] = {
+        "log_level": "warning",
+        "access_log": False,
+        "lifespan": "on",
+        "timeout_keep_alive": 120,
+        "backlog": 1024,
+    }
+    # Long-polls would hold a graceful shutdown for their whole timeout. Debian 12's uvicorn
+    # 0.17 has no such bound: there a stop waits for the open long-polls (30 s at most).
+    if "timeout_graceful_shutdown" in inspect.signature(uvicorn.Config).parameters:
+        options["timeout_graceful_shutdown"] = 2
+    config = uvicorn.Config(create_app(controller), **options)
     return uvicorn.Server(config), controller
 
 

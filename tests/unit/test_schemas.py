@@ -1,0 +1,38 @@
+"""Request bodies take JSON numbers only, whichever pydantic (1.10 or 2) validates them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from xce_controller.schemas import HeartbeatBody, JobReportBody, SubmitBody
+
+Body = Any
+
+
+def _make(model: type[BaseModel], **fields: Any) -> Body:
+    return model(**fields)
+
+
+@pytest.mark.parametrize("slots", [True, "2", 3.5, float("inf"), float("nan")])
+def test_slots_must_be_a_json_integer(slots: Any) -> None:
+    with pytest.raises(ValidationError):
+        _make(SubmitBody, command=["true"], slots=slots)
+
+
+def test_an_integral_float_is_an_integer() -> None:
+    assert _make(SubmitBody, command=["true"], slots=3.0).slots == 3
+    assert _make(JobReportBody, exit_code=-1.0).exit_code == -1
+
+
+def test_list_and_string_bounds_hold() -> None:
+    with pytest.raises(ValidationError):
+        _make(SubmitBody, command=[])
+    with pytest.raises(ValidationError):
+        _make(HeartbeatBody, components=[{"name": "w", "state": "x" * 33}])
+    with pytest.raises(ValidationError):
+        _make(HeartbeatBody, components=[{"name": "w", "state": "running", "pid": False}])
+    ok = _make(HeartbeatBody, components=[{"name": "w", "state": "running", "pid": 7, "new": 1}])
+    assert ok.components[0].pid == 7

@@ -1,0 +1,81 @@
+"""The few pydantic calls that differ between pydantic 1.10 (Debian 12's) and pydantic 2.
+
+The request and answer bodies (schemas.py) are written once against these: the controller
+runs on Debian 12 from its archive (FastAPI 0.92, pydantic 1.10) and on current releases.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from pydantic import BaseModel, Field
+
+PYDANTIC_2 = int(pydantic.VERSION.split(".", 1)[0]) >= 2
+
+
+def text(default: Any = ..., *, pattern: str | None = None, **limits: Any) -> Any:
+    """A string field; `pattern` is pydantic 1's `regex`."""
+    if pattern is not None:
+        limits["pattern" if PYDANTIC_2 else "regex"] = pattern
+    return Field(default, **limits)
+
+
+def items(default: Any = ..., *, min_length: int | None = None, max_length: int) -> Any:
+    """A list field bounded in length (pydantic 1 calls the bounds min_items/max_items)."""
+    names = ("min_length", "max_length") if PYDANTIC_2 else ("min_items", "max_items")
+    limits: dict[str, Any] = {names[1]: max_length}
+    if min_length is not None:
+        limits[names[0]] = min_length
+    if default is list:
+        return Field(default_factory=list, **limits)
+    return Field(default, **limits)
+
+
+def _json_number(value: Any, integer: bool) -> Any:
+    """JSON Schema's number and integer: no booleans, no numeric strings (pydantic's lax mode
+    would coerce both), but 3.0 is an integer and 3.5 is not (pydantic 1 would truncate)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("expected a number")
+    if integer and isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError("expected an integer")
+    return value
+
+
+def json_numbers(*fields: str, integer: bool) -> Any:
+    """A class-body validator making `fields` JSON numbers (integers when `integer`)."""
+
+    def check(cls: type[BaseModel], value: Any) -> Any:
+        return _json_number(value, integer)
+
+    if PYDANTIC_2:
+        return pydantic.field_validator(*fields, mode="before")(check)
+    return pydantic.validator(*fields, pre=True, allow_reuse=True)(check)
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump() if PYDANTIC_2 else model.dict()
+
+
+if TYPE_CHECKING or PYDANTIC_2:
+
+    class Lenient(BaseModel):
+        """Agents may send fields a newer protocol adds: unknown fields are ignored."""
+
+        model_config = pydantic.ConfigDict(extra="ignore")
+
+    class Strict(BaseModel):
+        """Admin bodies: an unknown field is a mistake, refused."""
+
+        model_config = pydantic.ConfigDict(extra="forbid")
+
+else:
+
+    class Lenient(BaseModel):
+        class Config:
+            extra = "ignore"
+
+    class Strict(BaseModel):
+        class Config:
+            extra = "forbid"
