@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.machines import Machine, chroot, ensure_rootfs_cache, prepare_base
+from tests.e2e.machines import Machine, build_debs, chroot, ensure_rootfs_cache, prepare_base
 from tests.integration.controller_proc import ControllerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,15 +86,10 @@ class Cluster:
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     tarball = ensure_rootfs_cache()
     work = tmp_path_factory.mktemp("e2e-image")
-    built = subprocess.run(
-        [str(ROOT / "packaging/build-deb.sh"), str(work / "deb")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    deb = Path(built.stdout.strip().splitlines()[-1])
+    debs = build_debs(work / "deb")
+    deb = debs["xce-agent"]
     base = work / "base"
-    prepare_base(tarball, base, deb)
+    prepare_base(tarball, base, debs["python3-xce-protocol"], deb)
     yield base, deb
     shutil.rmtree(base, ignore_errors=True)
 
