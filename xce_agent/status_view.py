@@ -11,6 +11,7 @@ import time
 from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.status_line import status_line
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
+from xce_agent.supervision.machine import Phase
 
 TAIL_LINES = 5
 
@@ -43,7 +44,7 @@ def _uptime(started: float, now: float) -> str:
 def _last_exit(last_exit: str | None, reason: str, phase: str) -> str:
     """The last exit, and the reason when it adds something (it often repeats the exit)."""
     last = last_exit or "-"
-    if not reason or phase not in ("fatal", "backoff", "held"):
+    if not reason or phase not in (Phase.FATAL, Phase.BACKOFF, Phase.HELD):
         return last
     if last_exit and reason.startswith(last_exit):
         return reason

@@ -25,6 +25,7 @@ from xce_agent.errors import StopTimedOut
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
 from xce_agent.supervision.cgroups import CgroupTree
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
+from xce_agent.supervision.machine import Phase
 from xce_protocol.errors import XceError
 
 
@@ -107,7 +108,7 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
                 stopped.append(name)
         left = _wait_all_gone(state, tree, 5.0)
         comps = tuple(
-            replace(c, phase="stopped", pid=None, identity=None, since=time.time())
+            replace(c, phase=Phase.STOPPED.value, pid=None, identity=None, since=time.time())
             if c.name in stopped and c.name not in left
             else c
             for c in state.components

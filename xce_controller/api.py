@@ -22,7 +22,7 @@ from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller import notices
 from xce_controller.codec import host_to_json, job_to_json
-from xce_controller.model import TERMINAL, AdminAction, Host, HostState, Job
+from xce_controller.model import TERMINAL, AdminAction, Host, HostState, Job, JobEvent
 from xce_controller.pydantic_versions import dump
 from xce_controller.schemas import (
     ControlBody,
@@ -257,11 +257,12 @@ def create_app(ctl: Controller) -> FastAPI:
         body: JobReportBody,
         authorization: Optional[str] = AUTHORIZATION,
     ) -> dict[str, Any]:
-        if event not in ("started", "finished"):
+        if event not in {e.value for e in JobEvent}:
             raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
         host = ctl.agent_host(name, "", _bearer(authorization))
+        report = JobEvent(event)
         ctl.commit(
-            jobmodel.job_report(ctl.cluster, ctl.clock(), host, job_id, event, body.exit_code)
+            jobmodel.job_report(ctl.cluster, ctl.clock(), host, job_id, report, body.exit_code)
         )
         return job(ctl.cluster.jobs[job_id])
 

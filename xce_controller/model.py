@@ -47,6 +47,13 @@ class AdminAction(str, enum.Enum):
         return {"open": "opened", "close": "closed", "decommission": "decommissioned"}[self.value]
 
 
+class JobEvent(str, enum.Enum):
+    """What a worker reports about a job (the last part of its REST path)."""
+
+    STARTED = "started"
+    FINISHED = "finished"
+
+
 class UnmatchedJoins(str, enum.Enum):
     """What the controller does with a join that matches no expected instance."""
 

@@ -16,7 +16,7 @@ from typing import Any
 import click
 import requests
 
-from xce_controller.model import AdminAction
+from xce_controller.model import AdminAction, HostState
 from xce_protocol.errors import UsageError, XceError
 from xce_protocol.exits import ErrorExits
 
@@ -122,7 +122,7 @@ def _host_rows(hosts: list[dict[str, Any]]) -> str:
             "yes" if h["provisioned"] else "no",
             str(h["jobs_running"]),
             _when(h["joined_at"]),
-            _when(h["deadline"]) if h["state"] in ("expected", "overdue") else "-",
+            _when(h["deadline"]) if h["state"] in (HostState.EXPECTED, HostState.OVERDUE) else "-",
             _notice(h),
             h["reason"],
         ]

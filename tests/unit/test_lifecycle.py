@@ -19,6 +19,7 @@ from xce_controller.model import (
     DrainPolicy,
     Fact,
     HostState,
+    JobEvent,
     JobState,
     UnmatchedJoins,
 )
@@ -198,12 +199,16 @@ def test_drain_waits_for_running_jobs() -> None:
     w = World()
     w.join("node1")
     job = w.submit()
-    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["host:node1"], job, "started"))
+    w.commit(
+        jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["host:node1"], job, JobEvent.STARTED)
+    )
     w.decommission("host:node1", policy="requeue", drain_timeout=50.0)
     assert w.state("host:node1") is HostState.DRAINING
     w.tick(20.0)
     assert w.state("host:node1") is HostState.DRAINING
-    w.commit(jobmodel.job_report(w.cluster, 21.0, w.cluster.hosts["host:node1"], job, "finished"))
+    w.commit(
+        jobmodel.job_report(w.cluster, 21.0, w.cluster.hosts["host:node1"], job, JobEvent.FINISHED)
+    )
     w.seen["host:node1"] = 21.0
     w.tick(21.0)
     assert w.state("host:node1") is HostState.DECOMMISSIONED

@@ -10,14 +10,14 @@ from xce_controller import deadlines
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import Template
-from xce_controller.model import AdminAction, HostState, JobState
+from xce_controller.model import AdminAction, HostState, JobEvent, JobState
 
 
 def _draining_with_a_job(w: World) -> int:
     w.expect("i-1")
     w.join("node1", "i-1")
     job = w.submit()
-    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, "started"))
+    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, JobEvent.STARTED))
     w.decommission("i-1", policy="wait")
     assert w.state("i-1") is HostState.DRAINING
     return job

@@ -17,7 +17,7 @@ from xce_agent.supervision.backoff import is_crash_loop, recent_starts, restart_
 from xce_agent.supervision.spec import ComponentSpec, RestartPolicy
 
 
-class Phase(enum.Enum):
+class Phase(str, enum.Enum):
     STOPPED = "stopped"  # not running and not wanted
     STARTING = "starting"  # spawn requested, pid not known yet
     RUNNING = "running"
