@@ -63,6 +63,18 @@ def stable_admin_token(db: Path) -> str:
     return token
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server that ends the controller's long-polls as soon as it is told to stop."""
+
+    def __init__(self, config: uvicorn.Config, controller: Controller) -> None:
+        super().__init__(config)
+        self.controller = controller
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        self.controller.release_watchers()
+
+
 def make_server(
     cfg: ClusterConfig, db: Path, sock: socket.socket
 ) -> tuple[uvicorn.Server, Controller]:
@@ -79,7 +91,7 @@ def make_server(
     if "timeout_graceful_shutdown" in inspect.signature(uvicorn.Config).parameters:
         options["timeout_graceful_shutdown"] = 2
     config = uvicorn.Config(create_app(controller), **options)
-    return uvicorn.Server(config), controller
+    return _Server(config, controller), controller
 
 
 class EmbeddedController:
@@ -105,6 +117,7 @@ class EmbeddedController:
 
     def stop(self) -> None:
         self.server.should_exit = True
+        self.controller.release_watchers()
         self._thread.join(timeout=10)
         self.controller.store.close()
         self.sock.close()

@@ -69,6 +69,7 @@ class Controller:
         self.storage_down = ""  # the cause while writes fail, logged once
         for key in self.cluster.hosts:
             self._schedule(key)
+        self._released = False  # stopping: watches answer at once
 
     # --- changes ----------------------------------------------------------------------
     def commit(self, facts: list[Fact]) -> set[str]:
@@ -200,6 +201,23 @@ class Controller:
         if self._loop is not None:
             self._freezer = self._loop.call_later(FREEZE_EVERY, self._freeze)
 
+    def release_watchers(self) -> None:
+        """Answer every open long-poll now, and every later one at once, from any thread or a
+        signal handler: a stopping server then waits for no watch timeout (Debian 12's
+        uvicorn has no bound on it; an agent re-polls on its kept-alive connection), and a
+        restart is over before any host misses its heartbeats."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        self._released = True
+        waiters, self._waiters = self._waiters, {}
+        for futures in waiters.values():
+            for fut in futures:
+                if not fut.done():
+                    fut.set_result(None)
+
     async def stop(self) -> None:
         for handle in (self._handle, self._freezer):
             if handle is not None:
@@ -277,7 +295,7 @@ class Controller:
 
     async def watch(self, host: Host, since: int, timeout: float) -> Host:
         """Return once the host changed after version `since`, or at the timeout."""
-        if self.host_version.get(host.key, 0) <= since and timeout > 0:
+        if self.host_version.get(host.key, 0) <= since and timeout > 0 and not self._released:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(host.key, []).append(fut)
             try:
