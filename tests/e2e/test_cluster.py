@@ -120,6 +120,11 @@ def state_of(machine: Machine) -> dict[str, Any]:
     return data
 
 
+def standing(machine: Machine) -> str:
+    """Where the agent says its host stands with the controller."""
+    return str((state_of(machine).get("controller") or {}).get("state", ""))
+
+
 def worker_pid(machine: Machine) -> int | None:
     comps = state_of(machine).get("components") or [{}]
     comp = comps[0]
@@ -219,11 +224,20 @@ def test_decommission_across_three_hosts_and_package_removal(
         assert a_pid is not None and b_pid is not None
         done = cluster.xcecli("decommission", "hosta", "--reason", "e2e reclaim")
         assert done.returncode == 0, done.stderr
-        a.wait_for(lambda: state_of(a)["lifecycle"] == "decommissioned", 60, "A decommissioned")
+        a.wait_for(lambda: standing(a) == "decommissioned", 60, "A decommissioned")
         a.wait_for(lambda: not alive(a, a_pid), 30, "A's worker gone")
         assert state_of(a)["tombstone"]["reason"] == "e2e reclaim"
+        agent_before = state_of(a)["agent"]["pid"]
         assert a.run("systemctl", "restart", "xce-agent").returncode == 0
-        a.wait_for(lambda: state_of(a)["lifecycle"] == "decommissioned", 30, "tombstone kept")
+        a.wait_for(
+            lambda: (
+                state_of(a)["agent"]["pid"] != agent_before
+                and state_of(a)["lifecycle"] == "running"
+                and standing(a) == "decommissioned"
+            ),
+            30,
+            "tombstone kept",
+        )
         assert worker_pid(a) is None
         assert cluster.api("/v1/hosts/hosta")["state"] == "decommissioned"
         listed = cluster.xcecli("to-return")

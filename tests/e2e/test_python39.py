@@ -163,7 +163,7 @@ def test_agent_on_python_39_joins_and_obeys_a_decommission(rootfs: Path, tmp_pat
         version = api("GET", "/v1/hosts/py39host")
         assert version["key"] == "i-py39" and version["provisioned"]
         api("POST", "/v1/hosts/py39host/decommission", json={"reason": "py39 reclaim"})
-        wait_for(lambda: state().get("lifecycle") == "decommissioned", 30)
+        wait_for(lambda: (state().get("controller") or {}).get("state") == "decommissioned", 30)
         wait_for(lambda: state()["components"][0]["phase"] == "stopped", 30)
         assert state()["tombstone"]["reason"] == "py39 reclaim"
     except BaseException:
