@@ -222,6 +222,9 @@ def test_decommission_across_three_hosts_and_package_removal(
         # xcecli decommissions A: its worker stops for good, B keeps working.
         a_pid, b_pid = worker_pid(a), worker_pid(b)
         assert a_pid is not None and b_pid is not None
+        # The worker (and so its jobs) gets the system's umask, not one meant for the agent.
+        umask = b.run("grep", "^Umask:", f"/proc/{b_pid}/status").stdout.split()
+        assert umask == ["Umask:", "0022"], umask
         done = cluster.xcecli("decommission", "hosta", "--reason", "e2e reclaim")
         assert done.returncode == 0, done.stderr
         a.wait_for(lambda: standing(a) == "decommissioned", 60, "A decommissioned")
