@@ -72,10 +72,22 @@ if TYPE_CHECKING or PYDANTIC_2:
 
 else:
 
+    def _strings(cls: type[BaseModel], value: Any, field: Any) -> Any:
+        """pydantic 1 turns 5 into "5" for a str field (pydantic 2 refuses): refuse too."""
+        if isinstance(field.type_, type) and issubclass(field.type_, str) and value is not None:
+            found = value if isinstance(value, list) else [value]
+            if not all(isinstance(v, str) for v in found):
+                raise TypeError("expected a string")
+        return value
+
     class Lenient(BaseModel):
+        check_strings = pydantic.validator("*", pre=True, allow_reuse=True)(_strings)
+
         class Config:
             extra = "ignore"
 
     class Strict(BaseModel):
+        check_strings = pydantic.validator("*", pre=True, allow_reuse=True)(_strings)
+
         class Config:
             extra = "forbid"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ CONTROLLER_PACKAGES = (
     "python3-uvicorn",
     "python3-httptools",
     "python3-uvloop",
+    "python3-pytest",  # to run the controller's tests on these versions
 )
 CLOUD_CFG = """\
 datasource_list: [NoCloud, None]
@@ -68,10 +70,12 @@ def ensure_rootfs_cache(
 
 def ensure_controller_cache() -> Path:
     """The bookworm rootfs plus the controller's dependencies from Debian's archive."""
-    tarball = cache_tarball("bookworm-controller-rootfs")
+    # Named by its package list, so a changed list builds a new cache.
+    digest = hashlib.sha256(" ".join(CONTROLLER_PACKAGES).encode()).hexdigest()[:8]
+    tarball = cache_tarball(f"bookworm-controller-{digest}")
     if tarball.exists():
         return tarball
-    build = tarball.parent / "bookworm-controller-rootfs.build"
+    build = tarball.with_suffix(".build")
     shutil.rmtree(build, ignore_errors=True)
     build.mkdir(parents=True)
     subprocess.run(
@@ -103,6 +107,29 @@ def build_debs(out: Path) -> dict[str, Path]:
     )
     debs = [Path(line) for line in built.stdout.split()]
     return {deb.name.split("_", 1)[0]: deb for deb in debs}
+
+
+def nspawn_command(root: Path, *args: str, binds: tuple[str, ...] = ()) -> list[str]:
+    """A command in `root` without booting it: this tree at /src (read-only, on PYTHONPATH)
+    and the host's network, so a server on the host's loopback is reachable."""
+    src = Path(__file__).resolve().parents[2]
+    return [
+        "systemd-nspawn",
+        "-q",
+        "-D",
+        str(root),
+        "--register=no",
+        "--keep-unit",
+        "--as-pid2",
+        f"--bind-ro={src}:/src",
+        *[f"--bind={b}" for b in binds],
+        "--chdir=/src",
+        "-E",
+        "PYTHONDONTWRITEBYTECODE=1",
+        "-E",
+        "PYTHONPATH=/src",
+        *args,
+    ]
 
 
 def prepare_base(tarball: Path, base: Path, *debs: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.machines import ensure_rootfs_cache
+from tests.e2e.machines import ensure_rootfs_cache, nspawn_command
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
 
@@ -66,30 +66,9 @@ def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def nspawn(root: Path, *args: str, binds: tuple[str, ...] = ()) -> list[str]:
-    """A command in the 3.9 rootfs with this tree at /src (read-only) and the host's network."""
-    return [
-        "systemd-nspawn",
-        "-q",
-        "-D",
-        str(root),
-        "--register=no",
-        "--keep-unit",
-        "--as-pid2",
-        f"--bind-ro={ROOT}:/src",
-        *[f"--bind={b}" for b in binds],
-        "--chdir=/src",
-        "-E",
-        "PYTHONDONTWRITEBYTECODE=1",
-        "-E",
-        "PYTHONPATH=/src",
-        *args,
-    ]
-
-
 def run39(root: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        nspawn(root, *args), capture_output=True, text=True, timeout=timeout, check=False
+        nspawn_command(root, *args), capture_output=True, text=True, timeout=timeout, check=False
     )
 
 
@@ -145,7 +124,7 @@ def test_agent_on_python_39_joins_and_obeys_a_decommission(rootfs: Path, tmp_pat
         return data
 
     api("POST", "/v1/expected", json={"instance_id": "i-py39", "template": "default"})
-    command = nspawn(
+    command = nspawn_command(
         rootfs,
         "python3",
         "-m",

@@ -41,7 +41,9 @@ def test_sigterm_answers_open_watches_and_exits_promptly(tmp_path: Path) -> None
         assert ctl.proc is not None
         server = psutil.Process(ctl.proc.pid)
         # The watch has reached the controller once its connection is established there.
-        wait_for(lambda: any(c.status == "ESTABLISHED" for c in server.net_connections("tcp")))
+        # psutil < 6 (Debian 12's 5.9) calls it connections().
+        connections = getattr(server, "net_connections", None) or server.connections
+        wait_for(lambda: any(c.status == "ESTABLISHED" for c in connections("tcp")))
         assert answers == []
         started = time.monotonic()
         ctl.proc.send_signal(signal.SIGTERM)

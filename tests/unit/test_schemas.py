@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from xce_controller.schemas import HeartbeatBody, JobReportBody, SubmitBody
+from xce_controller.schemas import HeartbeatBody, JobReportBody, JoinBody, SubmitBody
 
 Body = Any
 
@@ -36,3 +36,12 @@ def test_list_and_string_bounds_hold() -> None:
         _make(HeartbeatBody, components=[{"name": "w", "state": "running", "pid": False}])
     ok = _make(HeartbeatBody, components=[{"name": "w", "state": "running", "pid": 7, "new": 1}])
     assert ok.components[0].pid == 7
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"host": 5}, {"host": "n1", "roles": ["worker", 5]}, {"host": "n1", "instance_id": 7}],
+)
+def test_strings_are_json_strings(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        _make(JoinBody, **fields)
