@@ -62,9 +62,8 @@ def _requirements(reqs: list[str]) -> dict[str, str]:
 
 
 def test_every_product_dependency_is_the_root_one_with_the_same_bound() -> None:
-    root = _requirements(
-        ROOT_PROJECT["dependencies"] + ROOT_PROJECT["optional-dependencies"]["controller"]
-    )
+    extras = ROOT_PROJECT["optional-dependencies"]
+    root = _requirements(ROOT_PROJECT["dependencies"] + extras["controller"] + extras["plot"])
     union: dict[str, str] = {}
     for name in PRODUCTS:
         project = _product(name)
