@@ -214,9 +214,16 @@ def test_decommission_across_three_hosts_and_package_removal(
             host = cluster.api(f"/v1/hosts/{m.name}")
             assert host["state"] == "open" and host["key"] == m.instance, host
 
-        # The controller restarts from its database: both hosts are still there, still open.
+        # The controller restarts from its database: both hosts are still there, still open,
+        # and the generated admin token is the same.
+        token_path = cluster.host.state / "controller.db.admin-token"
+        token = token_path.read_text()
         assert cluster.host.run("systemctl", "restart", "xce-controller").returncode == 0
         cluster.host.wait_for(cluster.answers, 60, "controller answers after restart")
+        assert token_path.read_text() == token
+        reload = cluster.host.run("systemctl", "reload", "xce-controller")
+        assert reload.returncode == 0, reload.stderr
+        assert cluster.host.show("MainPID", unit="xce-controller.service")["MainPID"] != "0"
         assert {cluster.api(f"/v1/hosts/{m.name}")["state"] for m in (a, b)} == {"open"}
 
         # xcecli decommissions A: its worker stops for good, B keeps working.
