@@ -99,9 +99,9 @@ def _pack(build: Path, tarball: Path) -> None:
     shutil.rmtree(build, ignore_errors=True)
 
 
-def build_debs(out: Path) -> dict[str, Path]:
-    """Build the .debs of this tree; their paths by package name."""
-    root = Path(__file__).resolve().parents[2]
+def build_debs(out: Path, root: Path | None = None) -> dict[str, Path]:
+    """Build the .debs of a tree (this one by default); their paths by package name."""
+    root = root or Path(__file__).resolve().parents[2]
     built = subprocess.run(
         [str(root / "packaging/build-deb.sh"), str(out)], capture_output=True, text=True, check=True
     )
@@ -196,18 +196,13 @@ def remove_cgroup(path: Path) -> None:
 
 
 def build_image(root: Path, work: Path) -> tuple[Path, Path]:
-    """Build the .deb from the tree at `root` and a base rootfs with it installed."""
+    """Build the .debs from the tree at `root` and a base rootfs with the agent's installed;
+    the base and the xce-agent .deb."""
     tarball = ensure_rootfs_cache()
-    built = subprocess.run(
-        [str(root / "packaging/build-deb.sh"), str(work / "deb")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    deb = Path(built.stdout.strip().splitlines()[-1])
+    debs = build_debs(work / "deb", root)
     base = work / "base"
-    prepare_base(tarball, base, deb)
-    return base, deb
+    prepare_base(tarball, base, debs["python3-xce-protocol"], debs["xce-agent"])
+    return base, debs["xce-agent"]
 
 
 def chroot(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
