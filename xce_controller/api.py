@@ -225,10 +225,10 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/hosts/{name}/notice", response_model=HostAnswer, responses=ERRORS)
     async def notice(
-        name: str, body: NoticeBody, authorization: Annotated[Optional[str], Header()] = None
+        name: str, body: NoticeBody, authorization: Optional[str] = AUTHORIZATION
     ) -> dict[str, Any]:
         try:
-            received = notice_from_wire(body.model_dump(exclude={"protocol", "instance_id"}))
+            received = notice_from_wire(dump(body, exclude={"protocol", "instance_id"}))
         except BadNotice as exc:
             raise lc.Refused("bad_request", 422, str(exc)) from None
         host = ctl.agent_host(name, body.instance_id, _bearer(authorization))

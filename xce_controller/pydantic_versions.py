@@ -54,8 +54,10 @@ def json_numbers(*fields: str, integer: bool) -> Any:
     return pydantic.validator(*fields, pre=True, allow_reuse=True)(check)
 
 
-def dump(model: BaseModel) -> dict[str, Any]:
-    return model.model_dump() if PYDANTIC_2 else model.dict()
+def dump(model: BaseModel, exclude: set[str] | None = None) -> dict[str, Any]:
+    if PYDANTIC_2:
+        return model.model_dump(exclude=exclude)
+    return model.dict(exclude=exclude)
 
 
 if TYPE_CHECKING or PYDANTIC_2:

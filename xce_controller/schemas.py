@@ -122,10 +122,12 @@ class NoticeBody(Lenient):
     kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown"]
     provider: str = Field("", max_length=64)
     event_id: str = Field("", max_length=200)
-    deadline: Optional[Annotated[float, Field(gt=0, lt=1e11), BeforeValidator(_json_number)]] = None
+    deadline: Optional[float] = Field(None, gt=0, lt=1e11)
     state: Literal["active", "ended"] = "active"
     impact: Literal["reboot", "pause"] = "reboot"
     raw: str = Field("", max_length=8192)
+
+    check_numbers = json_numbers("deadline", integer=False)
 
 
 class JobBody(BaseModel):

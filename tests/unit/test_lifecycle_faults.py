@@ -181,7 +181,7 @@ def test_a_drain_timeout_that_passed_while_the_controller_was_down_waits_a_grace
     w.expect("i-1")
     w.join("node1", "i-1")
     job = w.submit()
-    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, "started"))
+    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, JobEvent.STARTED))
     w.now = 10.0
     w.decommission("i-1", policy="requeue", drain_timeout=20.0)
     w.restart(at=100.0)  # down from 10 s to 100 s: the 30 s timeout passed meanwhile
@@ -193,7 +193,7 @@ def test_a_drain_timeout_that_passed_while_the_controller_was_down_waits_a_grace
     assert deadlines.next_due(w.cluster.hosts["i-1"], CFG, None, 100.0) == 130.0
     w.now = 105.0
     w.heartbeat("i-1")
-    w.commit(jobmodel.job_report(w.cluster, 105.0, w.cluster.hosts["i-1"], job, "finished"))
+    w.commit(jobmodel.job_report(w.cluster, 105.0, w.cluster.hosts["i-1"], job, JobEvent.FINISHED))
     w.tick(105.0)
     assert w.state("i-1") is HostState.DECOMMISSIONED
     assert (w.cluster.jobs[job].state, w.cluster.jobs[job].requeues) == (JobState.DONE, 0)
