@@ -20,7 +20,7 @@ import pytest
 import requests
 import yaml
 
-from tests.e2e.machines import Machine, ensure_rootfs_cache, prepare_base
+from tests.e2e.machines import Machine, build_image
 from tests.integration.controller_proc import ControllerProcess
 from tests.metadata_emulator import spot
 
@@ -51,17 +51,8 @@ notices: {{margin: 10s}}
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    tarball = ensure_rootfs_cache()
     work = tmp_path_factory.mktemp("e2e-notices-image")
-    built = subprocess.run(
-        [str(ROOT / "packaging/build-deb.sh"), str(work / "deb")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    deb = Path(built.stdout.strip().splitlines()[-1])
-    base = work / "base"
-    prepare_base(tarball, base, deb)
+    base, _ = build_image(ROOT, work)
     yield base
     shutil.rmtree(base, ignore_errors=True)
 
