@@ -25,6 +25,7 @@ from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, ControlServer
 from xce_agent.handoff import Handoff, HandoffRunner, reader_of
+from xce_agent.metrics_agent import AgentMetrics
 from xce_agent.notice_relay import NoticeRelay
 from xce_agent.notify import Notifier, system_shutting_down, watchdog_interval
 from xce_agent.operator import Operator
@@ -43,7 +44,7 @@ from xce_agent.supervision.identity import ProcessIdentity, boot_id, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
-from xce_protocol.notices import Notice, NoticeKind
+from xce_protocol.notices import Notice, NoticeKind, NoticeState
 
 if TYPE_CHECKING:
     from xce_agent.link import ControllerLink
@@ -117,6 +118,8 @@ class Agent:
         )
         self.notices = CloudNotices(config.cloud, relay, lambda n: self.post(ms.Noticed(n)))
         self._announcing = False  # telling the controller the system is going down
+        self.metrics = AgentMetrics(config.metrics)
+        self.metrics.watching_notices = config.cloud.provider != "none"
         self._since: dict[str, float] = {}
         self._held: single_agent.Held | None = None
         self._control: ControlServer | None = None
@@ -144,6 +147,7 @@ class Agent:
             self._control = ControlServer(
                 self.config.state_directory / SOCKET_NAME, self.reactor, self.operator.handle
             )
+            self.metrics.start()
             self._resume(previous)
             self._resumed = True
             self._set_lifecycle(Lifecycle.RUNNING)
@@ -279,6 +283,7 @@ class Agent:
             self._control.close()
         self.supervisor.close()
         self.handoff.close()
+        self.metrics.stop()
         if self.writer is not None:
             self.writer.close()
         self.reactor.restore_signals()
@@ -321,6 +326,13 @@ class Agent:
         self.reactor.call_soon_threadsafe(lambda: self.handle(event))
 
     def handle(self, event: ms.Event) -> None:
+        if isinstance(event, ms.ContactOk):  # a heartbeat the controller accepted
+            self.metrics.heartbeat_accepted(time.time())
+            self._update_metrics()
+        if isinstance(event, ms.Noticed):
+            active = event.notice.state is NoticeState.ACTIVE
+            self.metrics.notice(event.notice.event_id, active)
+            self._update_metrics()
         before = self.state.membership
         after, actions = ms.step(before, event, time.time())
         if after != before:
@@ -352,9 +364,9 @@ class Agent:
     def _perform(self, action: ms.Action) -> None:
         if isinstance(action, ms.StartRole):
             if self.prepare_role(action.role):
-                self.supervisor.start_role(action.role, action.reason)
+                self.supervisor.start_role(action.role, action.reason, action.code)
         elif isinstance(action, ms.StopRole):
-            self.supervisor.stop_role(action.role, action.reason)
+            self.supervisor.stop_role(action.role, action.reason, action.code)
         elif isinstance(action, ms.WriteTemplate):
             try:
                 self.handoff.write_template(action.doc)
@@ -417,7 +429,8 @@ class Agent:
         quiet = (ms.Standing.UNREACHABLE, ms.Standing.REFUSED)
         level = logging.WARNING if after.standing in quiet else logging.INFO
         detail = f" ({after.detail})" if after.detail else ""
-        log.log(level, "controller contact: %s%s", after.standing.value, detail)
+        code = {"reason_code": ms.standing_code(after.standing)}
+        log.log(level, "controller contact: %s%s", after.standing.value, detail, extra=code)
 
     # --- state ------------------------------------------------------------------------
     def _component_changed(self, name: str, cstate: m.ComponentState) -> None:
@@ -447,7 +460,18 @@ class Agent:
         self.state = replace(self.state, updated_at=time.time())
         if self.writer is not None:
             self.writer.submit(self.state)
+        self._update_metrics()
         line = status_line(self.state)
         if line != self._last_status:
             self._last_status = line
             self.notifier.notify(f"STATUS={line}")
+
+    # --- metrics ----------------------------------------------------------------------
+    def _update_metrics(self) -> None:
+        member = self.state.membership
+        self.metrics.update(
+            self.state,
+            {s.name: self.supervisor.state(s.name).last_exit for s in self.config.components},
+            contact=member.standing is ms.Standing.CONNECTED,
+            decommissioned=member.decommissioned,
+        )

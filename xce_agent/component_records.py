@@ -33,6 +33,7 @@ def component_records(
                 restarts=cstate.restarts,
                 last_exit=cstate.last_exit.describe() if cstate.last_exit else None,
                 reason=cstate.reason,
+                code=cstate.code,
                 since=since.get(name, now),
                 started=identity.started_epoch() if identity else 0.0,
                 next_retry=retry,

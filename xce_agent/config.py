@@ -15,6 +15,7 @@ from pathlib import Path
 from xce_agent.cloud_config import NO_CLOUD, CloudConfig, parse_cloud
 from xce_agent.component_config import parse_component
 from xce_agent.errors import ConfigError
+from xce_agent.metrics_config import MetricsConfig, parse_metrics
 from xce_agent.notice_relay import with_notice_file
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol.roles import KNOWN_ROLES
@@ -61,6 +62,7 @@ class AgentConfig:
     log_level: str = "info"
     version: int = CONFIG_VERSION
     cloud: CloudConfig = NO_CLOUD
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 def config_path(option: str | None) -> Path:
@@ -88,7 +90,16 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
     c.allowed_keys(
         doc,
         "",
-        ("version", "controller", "instance", "roles", "state_directory", "log_level", "cloud"),
+        (
+            "version",
+            "controller",
+            "instance",
+            "roles",
+            "state_directory",
+            "log_level",
+            "cloud",
+            "metrics",
+        ),
     )
     version = c.integer(doc, "version", "", required=True)
     if version is not None and version != CONFIG_VERSION:
@@ -106,9 +117,10 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
         )
     log_level = c.choice(doc, "log_level", "", LOG_LEVELS, default="info")
     cloud = parse_cloud(doc, c, instance_data)
+    metrics = parse_metrics(doc, c)
     if c.problems or instance is None or roles is None or components is None or log_level is None:
         return None
-    assert cloud is not None
+    assert cloud is not None and metrics is not None  # their problems are in c.problems
     state_directory = Path(state_dir) if state_dir else DEFAULT_STATE_DIRECTORY
     return AgentConfig(
         path=path,
@@ -119,6 +131,7 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
         controller=controller,
         log_level=log_level,
         cloud=cloud,
+        metrics=metrics,
     )
 
 

@@ -1,4 +1,5 @@
-"""Logging to stderr: plain lines under journald (it adds time and unit), timestamps otherwise."""
+"""Logging: to the journal with structured fields under systemd (xce_agent/journal.py), else to
+stderr as plain lines with timestamps."""
 
 from __future__ import annotations
 
@@ -6,14 +7,19 @@ import logging
 import os
 import sys
 
+from xce_agent.journal import CodeFormatter, JournalHandler, journal_available
+
 
 def configure(level: str = "info") -> None:
     under_journal = bool(os.environ.get("JOURNAL_STREAM"))
     fmt = "%(levelname)s %(name)s: %(message)s"
     if not under_journal:
         fmt = "%(asctime)s " + fmt
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(fmt))
+    # Under systemd, records go to the journal with their reason code as a field.
+    handler: logging.Handler = (
+        JournalHandler() if journal_available() else logging.StreamHandler(sys.stderr)
+    )
+    handler.setFormatter(CodeFormatter(fmt))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

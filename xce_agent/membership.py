@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from xce_protocol.notices import Notice
+from xce_protocol.reasons import Reason
 
 # Roles whose components need the template from the join answer before they start, and which
 # a decommission stops for good.
@@ -171,12 +172,14 @@ Event = Union[
 class StartRole:
     role: str
     reason: str
+    code: Reason = Reason.COMPONENT_STARTED
 
 
 @dataclass(frozen=True)
 class StopRole:
     role: str
     reason: str
+    code: Reason = Reason.WORKER_STOPPED_DECOMMISSIONED  # the only reason membership stops
 
 
 @dataclass(frozen=True)
@@ -281,7 +284,8 @@ def step(state: MembershipState, event: Event, now: float) -> Step:
     if isinstance(event, ConfirmedActive):
         reason = "controller confirmed the host is active"
         connected = _stand(state, Standing.CONNECTED, now, reason)
-        return connected, tuple(StartRole(r, reason) for r in JOIN_FIRST_ROLES)
+        confirmed = Reason.CONTROLLER_CONFIRMED_ACTIVE
+        return connected, tuple(StartRole(r, reason, confirmed) for r in JOIN_FIRST_ROLES)
     return state, ()  # WorkersDown while a member: supervision restarts them as configured
 
 
@@ -352,3 +356,17 @@ def _decommissioned(state: MembershipState, event: Event) -> Step:
     if isinstance(event, WorkersDown) and not state.reported:
         return replace(state, reported=True), (SaveNow(), FinalReport())
     return state, ()
+
+
+STANDING_CODES = {
+    Standing.CONNECTED: Reason.CONTROLLER_CONNECTED,
+    Standing.UNREACHABLE: Reason.CONTROLLER_UNREACHABLE,
+    Standing.REFUSED: Reason.CONTROLLER_REFUSED,
+    Standing.DECOMMISSIONED: Reason.REFUSED_DECOMMISSIONED,
+}
+
+
+def standing_code(standing: Standing) -> str:
+    """The reason code of a standing ("" for waiting and not configured)."""
+    code = STANDING_CODES.get(standing)
+    return code.value if code is not None else ""

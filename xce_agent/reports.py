@@ -72,6 +72,7 @@ class Reports:
                     "pid": c.pid,
                     "restarts": c.restarts,
                     "last_exit": c.last_exit,
+                    "code": c.code,
                 }
                 for c in state.components
             ],

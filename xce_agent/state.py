@@ -54,6 +54,7 @@ class ComponentRecord:
     next_retry: float | None = None  # wall-clock time of the next restart while in backoff
     tail: tuple[str, ...] = ()  # the last lines of its output
     note: str = ""  # e.g. "restarting: its configured command changed"
+    code: str = ""  # the reason's code (xce_protocol.reasons)
 
 
 class Lifecycle(str, enum.Enum):
@@ -118,7 +119,10 @@ class AgentState:
             "instance_id": self.instance_id,
             "roles": list(self.roles),
             "agent": asdict(self.agent) if self.agent else None,
-            "components": [asdict(c) for c in self.components],
+            "components": [_component_json(c) for c in self.components],
+            # Beside the records, not in them: an older agent reading this file (a downgrade)
+            # would take an unknown field in a record for a corrupt state.
+            "codes": {c.name: c.code for c in self.components if c.code},
             "controller": {
                 "state": m.standing.value,
                 "since": m.since,
@@ -143,7 +147,11 @@ class AgentState:
         try:
             agent = AgentRecord(**data["agent"]) if data.get("agent") else None
             tomb = Tombstone(**data["tombstone"]) if data.get("tombstone") else None
-            comps = tuple(_component(c) for c in data.get("components", []))
+            codes = data.get("codes") or {}
+            comps = tuple(
+                replace(_component(c), code=str(codes.get(c.get("name"), "")))
+                for c in data.get("components", [])
+            )
             return cls(
                 lifecycle=_lifecycle(data["lifecycle"]),
                 instance_id=str(data.get("instance_id", "")),
@@ -157,6 +165,12 @@ class AgentState:
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None
+
+
+def _component_json(record: ComponentRecord) -> dict[str, Any]:
+    data = asdict(record)
+    data.pop("code")
+    return data
 
 
 def _lifecycle(value: Any) -> Lifecycle:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from xce_agent.membership import standing_code
 from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.status_line import status_line
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
@@ -41,14 +42,16 @@ def _uptime(started: float, now: float) -> str:
     return f"{seconds // 86400}d"
 
 
-def _last_exit(last_exit: str | None, reason: str, phase: str) -> str:
-    """The last exit, and the reason when it adds something (it often repeats the exit)."""
+def _last_exit(last_exit: str | None, reason: str, phase: str, code: str = "") -> str:
+    """The last exit, and the reason when it adds something (it often repeats the exit),
+    with the reason's code."""
     last = last_exit or "-"
+    tag = f" [{code}]" if code else ""
     if not reason or phase not in (Phase.FATAL, Phase.BACKOFF, Phase.HELD):
-        return last
+        return last + (tag if last_exit else "")
     if last_exit and reason.startswith(last_exit):
-        return reason
-    return f"{last}; {reason}"
+        return reason + tag
+    return f"{last}; {reason}{tag}"
 
 
 def _phase(comp: ComponentRecord, live: bool) -> str:
@@ -77,7 +80,11 @@ def render_status(state: AgentState, now: float, live: bool = True) -> str:
         lines.append(f"containment: {state.containment}")
     member = state.membership
     detail = f" ({member.detail})" if member.detail else ""
-    lines.append(f"controller:  {member.standing.value} since {_ago(member.since, now)}{detail}")
+    code = standing_code(member.standing)
+    tag = f" [{code}]" if code else ""
+    lines.append(
+        f"controller:  {member.standing.value} since {_ago(member.since, now)}{detail}{tag}"
+    )
     if member.retry_until and member.retry_until > now:
         lines.append(f"retry-after: waiting until {_ago(member.retry_until, now)}")
     if member.link_warning:
@@ -97,7 +104,7 @@ def render_status(state: AgentState, now: float, live: bool = True) -> str:
         phase = _phase(comp, live)
         pid = str(comp.pid) if comp.pid else "-"
         up = _uptime(comp.started, now) if phase in ("running", "unsupervised") else "-"
-        last = _last_exit(comp.last_exit, comp.reason, comp.phase)
+        last = _last_exit(comp.last_exit, comp.reason, comp.phase, comp.code)
         lines.append(
             f"{comp.name:<18} {comp.role:<10} {phase:<12} {pid:>7} {up:>7} "
             f"{comp.restarts:>8}  {last}"

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
-from xce_controller import notices
+from xce_controller import notices, observe_api
 from xce_controller.codec import host_to_json, job_to_json
 from xce_controller.model import TERMINAL, AdminAction, Host, HostState, Job, JobEvent
 from xce_controller.pydantic_versions import dump
@@ -45,6 +45,7 @@ from xce_controller.schemas import (
 from xce_controller.service import PROTOCOL, Controller
 from xce_controller.store import StorageUnavailable
 from xce_protocol.notices import BadNotice, notice_from_wire
+from xce_protocol.reasons import Reason, refusal
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 422, 503)
@@ -61,10 +62,18 @@ AUTHORIZATION = Header(None)
 
 
 def _admin(request: Request, authorization: Optional[str] = AUTHORIZATION) -> str:
-    token = request.app.state.controller.cfg.admin_token
-    if not hmac.compare_digest(_bearer(authorization), token):
-        raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
-    return "admin"
+    cfg = request.app.state.controller.cfg
+    presented = _bearer(authorization)
+    if hmac.compare_digest(presented, cfg.admin_token):
+        return "admin"
+    # The read-only token reads (a dashboard, `xcecli why`) and changes nothing.
+    if (
+        request.method == "GET"
+        and cfg.read_token
+        and hmac.compare_digest(presented, cfg.read_token)
+    ):
+        return "reader"
+    raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
 
 
 ADMIN = Depends(_admin)
@@ -104,16 +113,27 @@ def create_app(ctl: Controller) -> FastAPI:
     )
 
     app.state.controller = ctl
+    observe_api.install(app, ctl)
 
     @app.exception_handler(lc.Refused)
     async def refused(request: Request, exc: lc.Refused) -> JSONResponse:
-        body = {"error": exc.kind, "message": exc.message, "protocol": PROTOCOL, **exc.details}
+        observe_api.refused(request, exc.code.value)
+        body = {
+            "error": exc.kind,
+            "code": exc.code.value,
+            "message": exc.message,
+            "protocol": PROTOCOL,
+            **exc.details,
+        }
         return JSONResponse(body, status_code=exc.status)
 
     @app.exception_handler(StorageUnavailable)
     async def storage(request: Request, exc: StorageUnavailable) -> JSONResponse:
+        code = Reason.REFUSED_STORAGE_UNAVAILABLE.value
+        observe_api.refused(request, code)
         body = {
             "error": "storage_unavailable",
+            "code": code,
             "message": f"the controller cannot store changes: {exc.cause}; nothing was changed",
             "protocol": PROTOCOL,
         }
@@ -128,11 +148,10 @@ def create_app(ctl: Controller) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kinds = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
-        body = {
-            "error": kinds.get(exc.status_code, "error"),
-            "message": str(exc.detail),
-            "protocol": PROTOCOL,
-        }
+        kind = kinds.get(exc.status_code, "error")
+        code = refusal(kind).value
+        observe_api.refused(request, code)
+        body = {"error": kind, "code": code, "message": str(exc.detail), "protocol": PROTOCOL}
         headers = dict(exc.headers or {})
         if exc.status_code == 405:  # one path may be served by several routes
             headers["Allow"] = ", ".join(_allowed(app, request.url.path))
@@ -141,7 +160,14 @@ def create_app(ctl: Controller) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        body = {"error": "bad_request", "message": "; ".join(problems), "protocol": PROTOCOL}
+        code = Reason.REFUSED_BAD_REQUEST.value
+        observe_api.refused(request, code)
+        body = {
+            "error": "bad_request",
+            "code": code,
+            "message": "; ".join(problems),
+            "protocol": PROTOCOL,
+        }
         return JSONResponse(body, status_code=422)
 
     def answer(host: Host) -> dict[str, Any]:

@@ -49,8 +49,10 @@ def host_to_json(host: Host) -> dict[str, Any]:
         "resources": dict(host.resources),
         "drain": drain,
         "reason": host.reason,
+        "code": host.history[-1].code if host.history else "",
         "history": [
-            {"at": c.at, "state": c.state.value, "by": c.by, "why": c.why} for c in host.history
+            {"at": c.at, "state": c.state.value, "by": c.by, "why": c.why, "code": c.code}
+            for c in host.history
         ],
         "before_loss": host.before_loss,
         "notice": notice_to_json(host.notice),
@@ -91,7 +93,8 @@ def host_from_json(d: dict[str, Any]) -> Host:
         drain=drain,
         reason=d["reason"],
         history=tuple(
-            Change(c["at"], HostState(c["state"]), c["by"], c["why"]) for c in d["history"]
+            Change(c["at"], HostState(c["state"]), c["by"], c["why"], c.get("code", ""))
+            for c in d["history"]
         ),
         before_loss=d.get("before_loss", ""),
         notice=notice_from_json(d.get("notice")),

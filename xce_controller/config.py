@@ -60,6 +60,7 @@ class ClusterConfig:
     admin_token: str = field(default="", repr=False)
     join_token: str = field(default="", repr=False)
     notices: NoticeSettings = field(default_factory=NoticeSettings)
+    read_token: str = field(default="", repr=False)  # metrics, events, status page only
 
 
 DEFAULT_CONFIG = """\
@@ -117,7 +118,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     unmatched = c.choice(
         doc, "unmatched_joins", "", [u.value for u in UnmatchedJoins], default="accept"
     )
-    admin, join = _auth(doc, c)
+    admin, join, read = _auth(doc, c)
     notices = parse_notice_settings(doc, c)
     if None not in (grace, backoff, allowance, interval):
         assert grace is not None and backoff is not None and allowance is not None
@@ -165,6 +166,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
         admin,
         join,
         notices,
+        read,
     )
 
 
@@ -228,15 +230,14 @@ def _template(name: str, body: LineDict, p: str, c: Checker) -> Template | None:
     )
 
 
-def _auth(doc: LineDict, c: Checker) -> tuple[str, str]:
+def _auth(doc: LineDict, c: Checker) -> tuple[str, str, str]:
     node = c.mapping(doc, "auth", "", required=False)
     if node is None:
-        return "", ""
-    c.allowed_keys(
-        node, "auth", ("admin_token", "admin_token_file", "join_token", "join_token_file")
-    )
+        return "", "", ""
+    kinds = ("admin", "join", "read")
+    c.allowed_keys(node, "auth", [f"{k}_token{end}" for k in kinds for end in ("", "_file")])
     tokens = []
-    for kind in ("admin", "join"):
+    for kind in kinds:
         value = c.string(node, f"{kind}_token", "auth", required=False, default="")
         file_value = c.string(node, f"{kind}_token_file", "auth", required=False)
         if file_value:
@@ -250,4 +251,4 @@ def _auth(doc: LineDict, c: Checker) -> tuple[str, str]:
                     c.line_of(node, f"{kind}_token_file"),
                 )
         tokens.append(value or "")
-    return tokens[0], tokens[1]
+    return tokens[0], tokens[1], tokens[2]

@@ -16,6 +16,7 @@ from xce_controller import notices
 from xce_controller.config import ClusterConfig
 from xce_controller.lifecycle import CONTROLLER, fact
 from xce_controller.model import JOINED, Cluster, DrainPolicy, Fact, Host, HostState
+from xce_protocol.reasons import Reason
 
 
 def heard_from(host: Host, last_seen: float | None, alive_since: float) -> float:
@@ -67,6 +68,7 @@ def host_due(
                     key=host.key,
                     state=HostState.OVERDUE.value,
                     why="not joined by its deadline",
+                    code=Reason.JOIN_DEADLINE_MISSED,
                 )
             ]
         return []
@@ -75,7 +77,15 @@ def host_due(
     seen = heard_from(host, last_seen, alive_since)
     if now - seen > cfg.host_loss_grace:
         facts = [
-            fact("job_requeued", now, CONTROLLER, id=j.id, why=f"host {host.name} lost")
+            fact(
+                "job_requeued",
+                now,
+                CONTROLLER,
+                id=j.id,
+                key=host.key,
+                why=f"host {host.name} lost",
+                code=Reason.JOB_REQUEUED_HOST_LOST,
+            )
             for j in cluster.jobs_on(host.key)
         ]
         return [
@@ -87,6 +97,7 @@ def host_due(
                 key=host.key,
                 state=HostState.LOST.value,
                 why=f"no heartbeat for {now - seen:.0f}s",
+                code=Reason.HEARTBEAT_LOST,
             ),
         ]
     noticed = notices.due(cluster, now, host)
@@ -110,27 +121,29 @@ def _drain_due(cluster: Cluster, now: float, host: Host, deadline: float | None)
                 key=host.key,
                 state=HostState.DECOMMISSIONED.value,
                 why=why,
+                code=Reason.DRAINED,
             )
         ]
     if deadline is None or now < deadline:
         return []
-    if host.drain.policy is DrainPolicy.KILL:
-        facts = [
-            fact("job_killed", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
-            for j in jobs
-        ]
-    else:
-        facts = [
-            fact("job_requeued", now, CONTROLLER, id=j.id, why=f"drain timeout on {host.name}")
-            for j in jobs
-        ]
-    done = f"{why} (drain timed out after {host.drain.timeout:g}s: {host.drain.policy.value})"
-    return [
-        *facts,
-        fact(
-            "state", now, CONTROLLER, key=host.key, state=HostState.DECOMMISSIONED.value, why=done
-        ),
+    killing = host.drain.policy is DrainPolicy.KILL
+    kind = "job_killed" if killing else "job_requeued"
+    code = Reason.DRAIN_TIMEOUT_KILLED if killing else Reason.DRAIN_TIMEOUT_REQUEUED
+    timeout = f"drain timeout on {host.name}"
+    facts = [
+        fact(kind, now, CONTROLLER, id=j.id, key=host.key, why=timeout, code=code) for j in jobs
     ]
+    done = f"{why} (drain timed out after {host.drain.timeout:g}s: {host.drain.policy.value})"
+    ended = fact(
+        "state",
+        now,
+        CONTROLLER,
+        key=host.key,
+        state=HostState.DECOMMISSIONED.value,
+        why=done,
+        code=code,
+    )
+    return [*facts, ended]
 
 
 def next_due(

@@ -84,6 +84,7 @@ class Demo:
         self.crash_the_worker()
         self.decommission_while_a_job_runs()
         self.show_to_return()
+        self.show_why()
 
     def start_controller(self) -> None:
         from xce_controller.config import load_cluster_config
@@ -124,6 +125,7 @@ class Demo:
             f"        command: ['{sys.executable}', -m, xce_agent, sample-worker]\n"
             "        stop_timeout: 5s\n        decommission_exit_codes: [100]\n"
             f"state_directory: '{self.tmp / 'state'}'\nlog_level: warning\n"
+            f"metrics: {{textfile: '{self.tmp / 'xce-agent.prom'}'}}\n"
         )
         log = open(self.tmp / "agent.log", "wb")  # noqa: SIM115 - closed with the process
         self.agent = subprocess.Popen(
@@ -217,6 +219,30 @@ class Demo:
         self.say(
             f"{INSTANCE} is on the provisioner's to-return list; the agent's last report: "
             f"{comps}. The provisioner can now give the instance back."
+        )
+
+    def show_why(self) -> None:
+        from xce_controller.story import story
+
+        host = self.host()
+        response = requests.get(
+            f"{self.url}/v1/events",
+            params={"host": INSTANCE},
+            headers=self.controller.admin_headers,
+            timeout=10,
+        )
+        events = [json.loads(line) for line in response.text.splitlines() if line]
+        self.say(f"Why is {HOST} gone? `xcecli why {HOST}` tells its story from the facts:")
+        for line in story(host, events, time.time()):
+            self.out(f"          {line}")
+        metrics = (self.tmp / "xce-agent.prom").read_text()
+        gone = "xce_agent_decommissioned 1" in metrics
+        if not gone:
+            raise DemoFailed("the agent's metrics file does not say it was decommissioned")
+        self.say(
+            "The agent's metrics file for node_exporter says the same "
+            "(xce_agent_decommissioned 1); the controller's /metrics counts the "
+            "decommission and the to-return entry for the alert rules in monitoring/."
         )
 
     def cleanup(self) -> None:

@@ -21,6 +21,7 @@ from xce_controller.model import (
     JobEvent,
     JobState,
 )
+from xce_protocol.reasons import Reason
 
 
 def submit(
@@ -97,7 +98,9 @@ def cancel(cluster: Cluster, now: float, by: str, job_id: int) -> list[Fact]:
         raise Refused("not_found", 404, f"no job {job_id}")
     if job.state not in (JobState.PENDING, *ACTIVE_JOB):
         raise Refused("conflict", 409, f"job {job_id} is already {job.state.value}")
-    return [fact("job_killed", now, by, id=job_id, why=f"cancelled by {by}")]
+    return [
+        fact("job_killed", now, by, id=job_id, why=f"cancelled by {by}", code=Reason.JOB_CANCELLED)
+    ]
 
 
 def job_report(

@@ -24,6 +24,7 @@ from xce_controller.model import (
     HostState,
     UnmatchedJoins,
 )
+from xce_protocol.reasons import Reason, refusal
 
 CONTROLLER = "controller"
 
@@ -34,6 +35,7 @@ class Refused(Exception):
     def __init__(self, kind: str, status: int, message: str, **details: Any) -> None:
         super().__init__(message)
         self.kind = kind
+        self.code = refusal(kind)  # the reason code answers and metrics carry
         self.status = status
         self.message = message
         self.details = details
@@ -70,6 +72,9 @@ def decommissioned(host: Host) -> Refused:
 
 
 def fact(kind: str, now: float, by: str, **data: Any) -> Fact:
+    """A fact; a `code` (xce_protocol.reasons) is stored as its plain string."""
+    if isinstance(data.get("code"), Reason):
+        data["code"] = data["code"].value
     return Fact(kind, now, by, data)
 
 
@@ -107,6 +112,7 @@ def expect(
             deadline=when,
             provider=provider,
             token_hash=token_hash(token),
+            code=Reason.INSTANCE_EXPECTED,
         )
     ]
 
@@ -127,7 +133,13 @@ def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[
         raise Refused("not_returnable", 409, f"instance {instance_id} is not on the to-return list")
     return [
         fact(
-            "state", now, by, key=host.key, state=HostState.RETURNED.value, why="instance returned"
+            "state",
+            now,
+            by,
+            key=host.key,
+            state=HostState.RETURNED.value,
+            why="instance returned",
+            code=Reason.INSTANCE_RETURNED,
         )
     ]
 
@@ -212,6 +224,7 @@ def _join_again(now: float, req: JoinRequest, host: Host) -> list[Fact]:
             host.provider,
             host.instance_id,
             why="rejoined after loss",
+            code=Reason.REJOINED_AFTER_LOSS,
         )
         joined.data["state"] = returned_state(host).value
         return [joined]
@@ -223,6 +236,7 @@ def _join_again(now: float, req: JoinRequest, host: Host) -> list[Fact]:
             key=host.key,
             boot_id=req.boot_id,
             addresses=list(req.addresses),
+            code=Reason.AGENT_RECONNECTED,
         )
     ]
 
@@ -236,6 +250,7 @@ def _joined_fact(
     provider: str,
     instance_id: str = "",
     why: str = "",
+    code: Reason | None = None,
 ) -> Fact:
     data: dict[str, Any] = dict(
         key=key,
@@ -251,6 +266,9 @@ def _joined_fact(
     )
     if why:
         data["why"] = why
+    data["code"] = (
+        code or (Reason.JOINED_PROVISIONED if provisioned else Reason.JOINED_UNPROVISIONED)
+    ).value
     return Fact("joined", now, req.name, data)
 
 
@@ -292,6 +310,7 @@ def heartbeat(cluster: Cluster, now: float, host: Host) -> list[Fact]:
                 key=host.key,
                 state=state.value,
                 why=f"heartbeat resumed after loss ({state.value} again)",
+                code=Reason.HEARTBEAT_RESUMED,
             )
         ]
     return []
@@ -339,6 +358,7 @@ def control(
                 f"cannot {action.value} host {host.name or host.key}: it is {host.state.value}",
             )
         state = HostState.OPEN if action is AdminAction.OPEN else HostState.CLOSED
+        code = Reason.ADMIN_OPENED if action is AdminAction.OPEN else Reason.ADMIN_CLOSED
         return [
             fact(
                 "state",
@@ -347,6 +367,7 @@ def control(
                 key=host.key,
                 state=state.value,
                 why=why or f"{action.done} by {by}",
+                code=code,
             )
         ]
     if host.state is HostState.DRAINING:
@@ -360,6 +381,7 @@ def control(
                 key=host.key,
                 state=HostState.DECOMMISSIONED.value,
                 why=why or f"{action.done} by {by}",
+                code=Reason.DECOMMISSIONED_IDLE,
             )
         ]
     chosen = DrainPolicy(policy) if policy else cfg.drain_policy
@@ -377,6 +399,7 @@ def control(
             timeout=timeout,
             policy=chosen.value,
             why=why or f"{action.done} by {by}",
+            code=Reason.DECOMMISSION_REQUESTED,
         )
     ]
     return facts

@@ -92,6 +92,7 @@ class Change:
     state: HostState
     by: str
     why: str
+    code: str = ""  # the reason code (xce_protocol.reasons); "" in records older than codes
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from xce_controller.codec import notice_to_json
 from xce_controller.config import ClusterConfig
 from xce_controller.model import JOINED, Cluster, Fact, Host, HostNotice, HostState
 from xce_protocol.notices import Impact, Notice, NoticeKind, NoticeState
+from xce_protocol.reasons import Reason
 
 CONTROLLER = "controller"  # as in lifecycle, which calls this module
 
@@ -39,7 +40,24 @@ _GOING = (NoticeKind.PREEMPTION.value, NoticeKind.TERMINATION.value, NoticeKind.
 
 
 def fact(kind: str, now: float, by: str, **data: Any) -> Fact:
+    """A fact; a `code` (xce_protocol.reasons) is stored as its plain string."""
+    if isinstance(data.get("code"), Reason):
+        data["code"] = data["code"].value
     return Fact(kind, now, by, data)
+
+
+_CODES = {
+    NoticeKind.PREEMPTION.value: Reason.NOTICE_PREEMPTION,
+    NoticeKind.TERMINATION.value: Reason.NOTICE_TERMINATION,
+    NoticeKind.MAINTENANCE.value: Reason.NOTICE_MAINTENANCE,
+    NoticeKind.REBALANCE.value: Reason.NOTICE_REBALANCE,
+    NoticeKind.SHUTDOWN.value: Reason.NOTICE_SHUTDOWN,
+}
+
+
+def notice_code(kind: str) -> Reason:
+    """The reason code of what a notice of `kind` makes happen."""
+    return _CODES.get(kind, Reason.NOTICE_MAINTENANCE)
 
 
 def severity(kind: str, impact: str) -> int:
@@ -65,6 +83,9 @@ def _record(now: float, host: Host, received: Notice, notice: HostNotice | None)
         key=host.key,
         received=received.to_wire(),
         notice=notice_to_json(notice),
+        code=notice_code(received.kind.value)
+        if received.state is NoticeState.ACTIVE
+        else Reason.NOTICE_ENDED,
     )
 
 
@@ -91,6 +112,7 @@ def receive(cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, n: Not
                 key=host.key,
                 state=HostState.CLOSED.value,
                 why=describe(acting),
+                code=notice_code(acting.kind),
             )
         )
     return facts
@@ -133,8 +155,17 @@ def _end(now: float, host: Host, received: Notice, why: str) -> list[Fact]:
     assert host.notice is not None
     facts = [_record(now, host, received, None)]
     if host.notice.reopen and host.state is HostState.CLOSED:
+        ended = Reason.NOTICE_ENDED
         facts.append(
-            fact("state", now, host.name, key=host.key, state=HostState.OPEN.value, why=why)
+            fact(
+                "state",
+                now,
+                host.name,
+                key=host.key,
+                state=HostState.OPEN.value,
+                why=why,
+                code=ended,
+            )
         )
     return facts
 
@@ -147,18 +178,38 @@ def due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
     if notice.act_at is not None and not notice.acted and now >= notice.act_at:
         why = f"{describe(notice)} on {host.name}"
         facts = [
-            fact("job_requeued", now, CONTROLLER, id=j.id, why=why)
+            fact(
+                "job_requeued",
+                now,
+                CONTROLLER,
+                id=j.id,
+                key=host.key,
+                why=why,
+                code=Reason.JOB_REQUEUED_NOTICE,
+            )
             for j in cluster.jobs_on(host.key)
         ]
         acted = replace(notice, acted=True)
-        facts.append(fact("notice", now, CONTROLLER, key=host.key, notice=notice_to_json(acted)))
+        code = notice_code(notice.kind)
+        facts.append(
+            fact("notice", now, CONTROLLER, key=host.key, notice=notice_to_json(acted), code=code)
+        )
         return facts
     if notice.reopen_at is not None and now >= notice.reopen_at:
-        facts = [fact("notice", now, CONTROLLER, key=host.key, notice=None)]
+        lapsed = Reason.NOTICE_LAPSED
+        facts = [fact("notice", now, CONTROLLER, key=host.key, notice=None, code=lapsed)]
         if notice.reopen and host.state is HostState.CLOSED:
             why = "rebalance advice lapsed: no preemption followed"
             facts.append(
-                fact("state", now, CONTROLLER, key=host.key, state=HostState.OPEN.value, why=why)
+                fact(
+                    "state",
+                    now,
+                    CONTROLLER,
+                    key=host.key,
+                    state=HostState.OPEN.value,
+                    why=why,
+                    code=lapsed,
+                )
             )
         return facts
     return []
@@ -180,10 +231,19 @@ def after_join(now: float, host: Host, boot_id_before: str) -> list[Fact]:
     if notice is None or not host.boot_id or host.boot_id == boot_id_before:
         return []
     why = f"rejoined after the {notice.kind} notice (new boot)"
-    facts = [fact("notice", now, host.name, key=host.key, notice=None)]
+    ended = Reason.NOTICE_ENDED
+    facts = [fact("notice", now, host.name, key=host.key, notice=None, code=ended)]
     if notice.reopen and host.state is HostState.CLOSED:
         facts.append(
-            fact("state", now, host.name, key=host.key, state=HostState.OPEN.value, why=why)
+            fact(
+                "state",
+                now,
+                host.name,
+                key=host.key,
+                state=HostState.OPEN.value,
+                why=why,
+                code=ended,
+            )
         )
     return facts
 

@@ -17,6 +17,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
 
 class ErrorBody(BaseModel):
     error: str = Field(description="stable kind: decommissioned, unmatched, duplicate, ...")
+    code: Optional[str] = Field(None, description="reason code: refused_decommissioned, ...")
     message: str
     host: Optional[str] = None
     instance_id: Optional[str] = None
@@ -155,6 +156,7 @@ class ChangeBody(BaseModel):
     state: str
     by: str
     why: str
+    code: str = Field("", description="reason code (docs/observability.md)")
 
 
 class DrainBody(BaseModel):
@@ -171,6 +173,7 @@ class HostDetail(BaseModel):
     name: str
     state: str
     reason: str
+    code: str = Field("", description="reason code of the current state")
     template: str
     instance_id: str
     provider: str

@@ -67,6 +67,9 @@ class Controller:
         self._freezer: asyncio.TimerHandle | None = None
         self.tune_gc = False  # `serve` sets it: the policy is process-wide (see _freeze)
         self.storage_down = ""  # the cause while writes fail, logged once
+        self.storage_errors = 0  # changes the database refused since start
+        # Told of every committed batch, in order (metrics, the events stream).
+        self.on_commit: list[Callable[[list[Fact]], None]] = []
         for key in self.cluster.hosts:
             self._schedule(key)
         self._released = False  # stopping: watches answer at once
@@ -93,6 +96,7 @@ class Controller:
                 facts = self._settle(hosts, any(f.kind in RESCAN for f in facts))
             self.store.commit(done, self.cluster, touched, jobs)
         except StorageUnavailable as exc:
+            self.storage_errors += 1
             self._storage_failed(exc.cause)
             self._reload()
             raise
@@ -103,6 +107,8 @@ class Controller:
         if self.storage_down:
             log.warning("storage writes resumed")
             self.storage_down = ""
+        for listener in self.on_commit:
+            listener(done)
         self._wake(touched)
         for key in touched:
             self._schedule(key)

@@ -16,21 +16,11 @@ from typing import Any
 import click
 import requests
 
+from xce_controller.client_errors import ControllerRefused, ControllerUnreachable
 from xce_controller.model import AdminAction, HostState
-from xce_protocol.errors import UsageError, XceError
+from xce_controller.xcecli_observe import events, why
+from xce_protocol.errors import UsageError
 from xce_protocol.exits import ErrorExits
-
-
-class ControllerRefused(XceError):
-    """The controller answered with an error status."""
-
-    exit_code = 1
-
-
-class ControllerUnreachable(XceError):
-    """No answer from the controller at all."""
-
-    exit_code = 3
 
 
 class Client:
@@ -61,6 +51,10 @@ def _when(ts: float | None, now: float | None = None) -> str:
         return "-"
     far = abs((time.time() if now is None else now) - ts) > 86400
     return time.strftime("%Y-%m-%d %H:%M:%S" if far else "%H:%M:%S", time.localtime(ts))
+
+
+def _code(record: dict[str, Any]) -> str:
+    return f" [{record['code']}]" if record.get("code") else ""
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -124,7 +118,7 @@ def _host_rows(hosts: list[dict[str, Any]]) -> str:
             _when(h["joined_at"]),
             _when(h["deadline"]) if h["state"] in (HostState.EXPECTED, HostState.OVERDUE) else "-",
             _notice(h),
-            h["reason"],
+            h["reason"] + _code(h),
         ]
         for h in hosts
     ]
@@ -205,7 +199,8 @@ def host(client: Client, name: str, as_json: bool) -> None:
         ]
     lines.append("history:")
     lines += [
-        f"  {_when(c['at'])}  {c['state']:<15} by {c['by']}: {c['why']}" for c in h["history"]
+        f"  {_when(c['at'])}  {c['state']:<15} by {c['by']}: {c['why']}{_code(c)}"
+        for c in h["history"]
     ]
     _out(h, as_json, "\n".join(lines))
 
@@ -238,7 +233,7 @@ def expect(client: Client, /, instance_id: str, **fields: Any) -> None:
 def _control(client: Client, name: str, action: AdminAction, body: dict[str, Any]) -> None:
     h = client.call("POST", f"/v1/hosts/{name}/{action.value}", json=body)
     shown = h["name"] or h["expected_name"] or h["instance_id"] or name
-    click.echo(f"{shown}: {h['state']} ({h['reason']})")
+    click.echo(f"{shown}: {h['state']} ({h['reason']}){_code(h)}")
 
 
 @main.command("open")
@@ -352,6 +347,9 @@ def submit(client: Client, command: tuple[str, ...], slots: int, on_host: str) -
     )
     click.echo(f"job {j['id']} {j['state']}")
 
+
+main.add_command(events)
+main.add_command(why)
 
 if __name__ == "__main__":
     main(prog_name=os.path.basename(sys.argv[0]))

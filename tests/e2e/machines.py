@@ -21,6 +21,7 @@ CONTROLLER_PACKAGES = (
     "python3-fastapi",
     "python3-pydantic",
     "python3-uvicorn",
+    "python3-prometheus-client",
     "python3-httptools",
     "python3-uvloop",
     "python3-pytest",  # to run the controller's tests on these versions

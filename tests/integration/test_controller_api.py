@@ -118,6 +118,7 @@ def test_watch_returns_as_soon_as_the_host_changes(ctl: ControllerProcess) -> No
     assert r.status_code == 410
     assert r.json() == {
         "error": "decommissioned",
+        "code": "refused_decommissioned",
         "host": "n1",
         "instance_id": "",
         "reason": "test",

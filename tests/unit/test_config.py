@@ -88,8 +88,8 @@ def minimal(extra_component: str = "", top: str = "") -> str:
 BAD = [
     (
         minimal(top="controler:\n  url: http://x\n"),
-        "controler: expected one of the keys cloud, controller, instance, log_level, roles, "
-        "state_directory, version, got unknown key 'controler' (F line 9)",
+        "controler: expected one of the keys cloud, controller, instance, log_level, metrics, "
+        "roles, state_directory, version, got unknown key 'controler' (F line 9)",
     ),
     (
         minimal("        restart:\n          policy: sometimes\n"),

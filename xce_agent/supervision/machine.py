@@ -15,6 +15,7 @@ from typing import Union
 
 from xce_agent.supervision.backoff import is_crash_loop, recent_starts, restart_delay
 from xce_agent.supervision.spec import ComponentSpec, RestartPolicy
+from xce_protocol.reasons import Reason
 
 
 class Phase(str, enum.Enum):
@@ -34,11 +35,13 @@ class Phase(str, enum.Enum):
 @dataclass(frozen=True)
 class Start:
     reason: str = "requested"
+    code: Reason = Reason.COMPONENT_STARTED
 
 
 @dataclass(frozen=True)
 class Stop:
     reason: str = "requested"
+    code: Reason = Reason.COMPONENT_STOPPED
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class ComponentState:
     probe_running: bool = False
     probe_failures: int = 0
     reason: str = ""
+    code: str = ""  # the reason's code (xce_protocol.reasons), "" before anything happened
 
 
 @dataclass(frozen=True)
@@ -167,9 +171,9 @@ def step(
 ) -> Transition:
     """Apply one event at time `now`."""
     if isinstance(event, Start):
-        return _start(state, now, event.reason)
+        return _start(state, now, event.reason, event.code)
     if isinstance(event, Stop):
-        return _stop(spec, state, now, event.reason)
+        return _stop(spec, state, now, event.reason, event.code)
     if isinstance(event, Spawned):
         return _spawned(spec, state, event.pid, now)
     if isinstance(event, Adopted):
@@ -179,7 +183,7 @@ def step(
         failed = replace(
             state, last_exit=ExitInfo(None, None, event.error), pid=None, starts=starts
         )
-        return _after_exit(spec, failed, now, rand, started=now)
+        return _after_exit(spec, failed, now, rand, now, Reason.COMPONENT_SPAWN_FAILED)
     if isinstance(event, Exited):
         return _exited(spec, state, event, now, rand)
     if isinstance(event, ProbeResult):
@@ -187,7 +191,7 @@ def step(
     return _timer(spec, state, now)
 
 
-def _start(state: ComponentState, now: float, reason: str) -> Transition:
+def _start(state: ComponentState, now: float, reason: str, code: Reason) -> Transition:
     if state.phase in (Phase.RUNNING, Phase.STARTING):
         return Transition(replace(state, wanted=True))
     if state.phase is Phase.STOPPING:
@@ -195,10 +199,14 @@ def _start(state: ComponentState, now: float, reason: str) -> Transition:
     fresh = replace(state, wanted=True, rapid_exits=0, starts=(), deadline=None)
     if state.phase is Phase.BACKOFF:
         fresh = replace(fresh, rapid_exits=state.rapid_exits, starts=state.starts)
-    return Transition(replace(fresh, phase=Phase.STARTING, reason=reason), (Spawn(),))
+    started = replace(fresh, phase=Phase.STARTING, reason=reason, code=code.value)
+    return Transition(started, (Spawn(),))
 
 
-def _stop(spec: ComponentSpec, state: ComponentState, now: float, reason: str) -> Transition:
+def _stop(
+    spec: ComponentSpec, state: ComponentState, now: float, reason: str, code: Reason
+) -> Transition:
+    said = code.value
     if state.phase is Phase.RUNNING and state.pid is not None:
         stopping = replace(
             state,
@@ -209,15 +217,20 @@ def _stop(spec: ComponentSpec, state: ComponentState, now: float, reason: str) -
             restart_after_stop=False,
             probe_next=None,
             reason=reason,
+            code=said,
         )
         return Transition(stopping, (SignalGroup(state.pid, spec.stop_signal),))
     if state.phase is Phase.STOPPING:
-        return Transition(replace(state, wanted=False, restart_after_stop=False, reason=reason))
+        return Transition(
+            replace(state, wanted=False, restart_after_stop=False, reason=reason, code=said)
+        )
     if state.phase is Phase.STARTING:
-        return Transition(replace(state, wanted=False, reason=reason))
+        return Transition(replace(state, wanted=False, reason=reason, code=said))
     if state.phase is Phase.BACKOFF:
         return Transition(
-            replace(state, phase=Phase.STOPPED, wanted=False, deadline=None, reason=reason)
+            replace(
+                state, phase=Phase.STOPPED, wanted=False, deadline=None, reason=reason, code=said
+            )
         )
     return Transition(replace(state, wanted=False))
 
@@ -249,7 +262,7 @@ def _spawned(spec: ComponentSpec, state: ComponentState, pid: int, now: float) -
         restarts=state.restarts if first else state.restarts + 1,
     )
     if not state.wanted:
-        return _stop(spec, running, now, "stop requested while starting")
+        return _stop(spec, running, now, "stop requested while starting", Reason.COMPONENT_STOPPED)
     return Transition(running)
 
 
@@ -257,7 +270,8 @@ def _adopted(spec: ComponentSpec, state: ComponentState, event: Adopted, now: fl
     running = _running(spec, replace(state, wanted=True), event.pid, event.started_at)
     if spec.liveness is not None:
         running = replace(running, probe_next=max(now, running.probe_next or now))
-    return Transition(replace(running, reason="adopted after agent restart"))
+    adopted = replace(running, reason="adopted after agent restart")
+    return Transition(replace(adopted, code=Reason.COMPONENT_ADOPTED.value))
 
 
 def _exited(
@@ -274,15 +288,26 @@ def _exited(
         stopped = replace(exited, phase=Phase.STOPPED, deadline=None, killed=False)
         return Transition(stopped, cleanup)
     if event.code is not None and event.code in spec.decommission_exit_codes:
-        held = replace(exited, phase=Phase.HELD, deadline=None, reason=info.describe())
+        held = replace(
+            exited,
+            phase=Phase.HELD,
+            deadline=None,
+            reason=info.describe(),
+            code=Reason.WORKER_HELD.value,
+        )
         return Transition(held, (*cleanup, DecommissionExit(event.code)))
     started = state.started_at if state.started_at is not None else now
-    result = _after_exit(spec, exited, now, rand, started)
+    result = _after_exit(spec, exited, now, rand, started, Reason.COMPONENT_EXITED)
     return Transition(result.state, cleanup + result.actions)
 
 
 def _after_exit(
-    spec: ComponentSpec, state: ComponentState, now: float, rand: float, started: float
+    spec: ComponentSpec,
+    state: ComponentState,
+    now: float,
+    rand: float,
+    started: float,
+    code: Reason,
 ) -> Transition:
     policy = spec.restart.policy
     info = state.last_exit
@@ -297,6 +322,7 @@ def _after_exit(
         killed=False,
         restart_after_stop=False,
         reason=info.describe() if info else "",
+        code=code.value,
     )
     if not restart:
         reason = info.describe() if info else ""
@@ -306,7 +332,10 @@ def _after_exit(
     if is_crash_loop(spec.restart, state.starts, now):
         window = spec.restart.give_up_window
         reason = f"crash loop: {spec.restart.give_up_starts} starts within {window:g}s"
-        return Transition(replace(base, phase=Phase.FATAL, rapid_exits=rapid, reason=reason))
+        fatal = Reason.WORKER_FATAL if spec.role == "worker" else Reason.COMPONENT_FATAL
+        return Transition(
+            replace(base, phase=Phase.FATAL, rapid_exits=rapid, reason=reason, code=fatal.value)
+        )
     delay = restart_delay(spec.restart, rapid, rand)
     if delay <= 0:
         return Transition(replace(base, phase=Phase.STARTING, rapid_exits=rapid), (Spawn(),))
@@ -327,7 +356,7 @@ def _probe_result(
     if failures < probe.failure_threshold:
         return Transition(updated)
     reason = f"liveness probe failed {failures} times: {event.detail}".rstrip(": ")
-    stopped = _stop(spec, updated, now, reason)
+    stopped = _stop(spec, updated, now, reason, Reason.COMPONENT_PROBE_FAILED)
     return Transition(replace(stopped.state, restart_after_stop=True, wanted=True), stopped.actions)
 
 

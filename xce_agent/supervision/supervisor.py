@@ -28,6 +28,7 @@ from xce_agent.supervision.probes import run_probe
 from xce_agent.supervision.process import Handle, ProcessRunner, SpawnError
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_agent.supervision.spec import ComponentSpec, ProbeSpec, RestartPolicy, RestartSpec
+from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
 output_log = logging.getLogger("xce_agent.component")
@@ -115,18 +116,22 @@ class Supervisor:
         self._maybe_forget(name)
 
     # --- commands ---------------------------------------------------------------------
-    def start(self, name: str, reason: str = "requested") -> None:
+    def start(
+        self, name: str, reason: str = "requested", code: Reason = Reason.COMPONENT_STARTED
+    ) -> None:
         if name in self.retiring:
             return  # removed from the config: it only stops
-        self.post(name, m.Start(reason))
+        self.post(name, m.Start(reason, code))
 
     def start_all(self, reason: str = "agent started") -> None:
         for name in self.specs:
             if self._states[name].phase is not m.Phase.RUNNING and name not in self.retiring:
                 self.start(name, reason)
 
-    def stop(self, name: str, reason: str = "requested") -> None:
-        self.post(name, m.Stop(reason))
+    def stop(
+        self, name: str, reason: str = "requested", code: Reason = Reason.COMPONENT_STOPPED
+    ) -> None:
+        self.post(name, m.Stop(reason, code))
 
     def stop_all(self, reason: str = "requested") -> None:
         for name in list(self.specs):
@@ -136,13 +141,13 @@ class Supervisor:
         specs = self.specs.items()
         return [name for name, spec in specs if spec.role == role and name not in self.retiring]
 
-    def start_role(self, role: str, reason: str) -> None:
+    def start_role(self, role: str, reason: str, code: Reason = Reason.COMPONENT_STARTED) -> None:
         for name in self.role(role):
-            self.start(name, reason)
+            self.start(name, reason, code)
 
-    def stop_role(self, role: str, reason: str) -> None:
+    def stop_role(self, role: str, reason: str, code: Reason = Reason.COMPONENT_STOPPED) -> None:
         for name in self.role(role):
-            self.stop(name, reason)
+            self.stop(name, reason, code)
 
     def set_role_env(self, role: str, env: Mapping[str, str], fds: tuple[int, ...] = ()) -> None:
         """Variables (and inherited descriptors) for the next starts of the role's components."""
@@ -400,4 +405,15 @@ class Supervisor:
         detail = after.reason or (after.last_exit.describe() if after.last_exit else "")
         pid = f" pid {after.pid}" if after.pid else ""
         suffix = f" ({detail})" if detail else ""
-        log.info("%s: %s -> %s%s%s", name, before.phase.value, after.phase.value, pid, suffix)
+        fields = {"component": name, "role": self.specs[name].role, "reason_code": after.code}
+        level = logging.WARNING if after.phase is m.Phase.FATAL else logging.INFO
+        log.log(
+            level,
+            "%s: %s -> %s%s%s",
+            name,
+            before.phase.value,
+            after.phase.value,
+            pid,
+            suffix,
+            extra=fields,
+        )

@@ -1,0 +1,93 @@
+"""Reason codes: one stable, machine-readable word for why something changed.
+
+Every host transition, refusal, drain outcome, job requeue or kill, component restart,
+give-up and decommission carries one, on either side, next to the human text and the actor.
+They appear in facts, API answers, `xcecli`, `xce-agent status`, the journal (field
+REASON_CODE) and metrics labels. Codes are never renamed or reused; new ones may be added, so
+a reader must accept a code it does not know. docs/observability.md is the catalogue (a test
+keeps it equal to this enum).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Reason(str, enum.Enum):
+    # --- a host's record at the controller ---------------------------------------------
+    INSTANCE_EXPECTED = "instance_expected"  # the provisioner recorded the instance
+    JOINED_PROVISIONED = "joined_provisioned"  # joined as the expected instance
+    JOINED_UNPROVISIONED = "joined_unprovisioned"  # joined without a record (unmatched: accept)
+    REJOINED_AFTER_LOSS = "rejoined_after_loss"  # a lost host joined again
+    AGENT_RECONNECTED = "agent_reconnected"  # the same incarnation joined again (agent restart)
+    HEARTBEAT_RESUMED = "heartbeat_resumed"  # a lost host was heard from again
+    JOIN_DEADLINE_MISSED = "join_deadline_missed"  # expected, not joined by its deadline
+    HEARTBEAT_LOST = "heartbeat_lost"  # no heartbeat for longer than the host-loss grace
+    ADMIN_OPENED = "admin_opened"
+    ADMIN_CLOSED = "admin_closed"
+    DECOMMISSION_REQUESTED = "decommission_requested"  # drain started (admin or provisioner)
+    DRAINED = "drained"  # decommissioned once its jobs ended
+    DRAIN_TIMEOUT_REQUEUED = "drain_timeout_requeued"  # drain timed out; its jobs requeued
+    DRAIN_TIMEOUT_KILLED = "drain_timeout_killed"  # drain timed out; its jobs killed
+    DECOMMISSIONED_IDLE = "decommissioned_idle"  # not running anything: decommissioned at once
+    INSTANCE_RETURNED = "instance_returned"  # the provisioner gave the instance back
+    # --- cloud notices ----------------------------------------------------------------------
+    NOTICE_PREEMPTION = "notice_preemption"  # spot/preemptible reclaim announced
+    NOTICE_TERMINATION = "notice_termination"  # the instance goes away (retirement, ...)
+    NOTICE_MAINTENANCE = "notice_maintenance"  # scheduled maintenance or reboot
+    NOTICE_REBALANCE = "notice_rebalance"  # rebalance advice: closed to new work
+    NOTICE_LAPSED = "notice_lapsed"  # the advice passed without an interruption: reopened
+    NOTICE_SHUTDOWN = "notice_shutdown"  # the host's operating system is going down
+    NOTICE_ENDED = "notice_ended"  # the provider withdrew the notice
+    # --- jobs -------------------------------------------------------------------------------
+    JOB_REQUEUED_HOST_LOST = "job_requeued_host_lost"
+    JOB_REQUEUED_NOTICE = "job_requeued_notice"
+    JOB_CANCELLED = "job_cancelled"
+    # --- refusals (the `code` of an error answer; `error` keeps its kind) --------------
+    REFUSED_DECOMMISSIONED = "refused_decommissioned"  # the host was decommissioned: never rejoin
+    REFUSED_UNMATCHED = "refused_unmatched"
+    REFUSED_DUPLICATE = "refused_duplicate"
+    REFUSED_UNAUTHORIZED = "refused_unauthorized"
+    REFUSED_FORBIDDEN = "refused_forbidden"
+    REFUSED_UNKNOWN_HOST = "refused_unknown_host"
+    REFUSED_UNKNOWN_TEMPLATE = "refused_unknown_template"
+    REFUSED_CONFLICT = "refused_conflict"
+    REFUSED_NOT_RETURNABLE = "refused_not_returnable"
+    REFUSED_NOT_FOUND = "refused_not_found"
+    REFUSED_BAD_REQUEST = "refused_bad_request"
+    REFUSED_TOO_LARGE = "refused_too_large"
+    REFUSED_RATE_LIMITED = "refused_rate_limited"
+    REFUSED_STORAGE_UNAVAILABLE = "refused_storage_unavailable"
+    REFUSED_OTHER = "refused_other"  # a refusal kind newer than this catalogue
+    # --- components on the host (agent) ---------------------------------------------------
+    COMPONENT_STARTED = "component_started"  # started on request (boot, join, operator)
+    COMPONENT_ADOPTED = "component_adopted"  # found running after an agent restart
+    COMPONENT_EXITED = "component_exited"  # exited; restarted after its backoff
+    COMPONENT_SPAWN_FAILED = "component_spawn_failed"  # could not be started at all
+    COMPONENT_PROBE_FAILED = "component_probe_failed"  # liveness probe failed: restarted
+    COMPONENT_STOPPED = "component_stopped"  # stopped on request
+    WORKER_FATAL = "worker_fatal"  # a worker-role component given up (crash loop)
+    COMPONENT_FATAL = "component_fatal"  # another role's component given up
+    WORKER_HELD = "worker_held"  # exited saying its rejoin was refused: held, controller asked
+    WORKER_STOPPED_DECOMMISSIONED = "worker_stopped_decommissioned"
+    # --- the agent's standing with the controller ---------------------------------------
+    CONTROLLER_CONNECTED = "controller_connected"
+    CONTROLLER_UNREACHABLE = "controller_unreachable"
+    CONTROLLER_REFUSED = "controller_refused"
+    CONTROLLER_CONFIRMED_ACTIVE = "controller_confirmed_active"
+
+
+def refusal(kind: str) -> Reason:
+    """The code of a refusal of `kind` (an error answer's `error`)."""
+    try:
+        return Reason(f"refused_{kind}")
+    except ValueError:
+        return Reason.REFUSED_OTHER
+
+
+def parse(value: object) -> str:
+    """A code read from the wire or the disk: kept if it looks like one (a newer peer's
+    code is kept as it is), "" otherwise."""
+    if isinstance(value, str) and 0 < len(value) <= 64 and value.replace("_", "").isalnum():
+        return value if value.islower() else ""
+    return ""
