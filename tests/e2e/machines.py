@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 PACKAGES = (
     "systemd,systemd-sysv,dbus,python3,cloud-init,python3-click,python3-yaml,python3-psutil,"
     "python3-requests,python3-sdnotify,python3-cffi-backend,procps"
@@ -356,3 +358,19 @@ class Machine:
         if self.cgroup is not None:
             remove_cgroup(self.cgroup)
             self.cgroup = None
+
+
+BOOT_TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-buildpackage", "nsenter", "zstd")
+
+
+def boot_marks(tools: tuple[str, ...] = BOOT_TOOLS) -> list[pytest.MarkDecorator]:
+    """The marks of an end-to-end module: e2e, and skipped with the reason without root or tools."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    return [
+        pytest.mark.e2e,
+        pytest.mark.skipif(os.geteuid() != 0, reason="end-to-end boot needs root"),
+        pytest.mark.skipif(
+            bool(missing),
+            reason=f"end-to-end boot needs {', '.join(missing)} (make e2e-deps installs them)",
+        ),
+    ]

@@ -7,7 +7,6 @@ reason otherwise. The rootfs is cached outside the repository (see machines.cach
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,20 +17,18 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.machines import Machine, build_debs, chroot, ensure_rootfs_cache, prepare_base
+from tests.e2e.machines import (
+    Machine,
+    boot_marks,
+    build_debs,
+    chroot,
+    ensure_rootfs_cache,
+    prepare_base,
+)
 from tests.integration.controller_proc import ControllerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-buildpackage", "nsenter", "zstd")
-missing = [t for t in TOOLS if shutil.which(t) is None]
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="end-to-end boot needs root"),
-    pytest.mark.skipif(
-        bool(missing),
-        reason=f"end-to-end boot needs {', '.join(missing)} (make e2e-deps installs them)",
-    ),
-]
+pytestmark = boot_marks()
 
 CLUSTER = """\
 version: 1

@@ -13,7 +13,6 @@ deletes it.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -27,6 +26,7 @@ import requests
 
 from tests.e2e.machines import (
     Machine,
+    boot_marks,
     build_debs,
     chroot,
     ensure_controller_cache,
@@ -35,16 +35,7 @@ from tests.e2e.machines import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-buildpackage", "nsenter", "zstd")
-missing = [t for t in TOOLS if shutil.which(t) is None]
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="end-to-end boot needs root"),
-    pytest.mark.skipif(
-        bool(missing),
-        reason=f"end-to-end boot needs {', '.join(missing)} (make e2e-deps installs them)",
-    ),
-]
+pytestmark = boot_marks()
 
 CLUSTER = """\
 version: 1
