@@ -109,7 +109,7 @@ def test_agent_on_python_39_joins_and_obeys_a_decommission(rootfs: Path, tmp_pat
         "roles:\n  worker:\n    components:\n      worker:\n"
         "        command: [python3, -m, xce_agent, sample-worker]\n"
         "        stop_timeout: 5s\n        decommission_exit_codes: [100]\n"
-        "state_directory: /work/state\n"
+        "state_directory: /srv/py39host/state\n"
     )
     headers = ctl.admin_headers()
 
@@ -131,8 +131,8 @@ def test_agent_on_python_39_joins_and_obeys_a_decommission(rootfs: Path, tmp_pat
         "xce_agent",
         "run",
         "--config",
-        "/work/agent.yaml",
-        binds=(f"{work}:/work",),
+        "/srv/py39host/agent.yaml",
+        binds=(f"{work}:/srv/py39host",),
     )
     with open(work / "agent.log", "wb") as log:
         agent = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
