@@ -194,7 +194,9 @@ class HostDetail(BaseModel):
 
 
 class ExpectBody(Strict):
-    instance_id: str = text(min_length=1, max_length=253, pattern=r"^\S+$")
+    # Printable ASCII without spaces: an explicit class, because \S means different things to
+    # Python (which checks it) and to JSON Schema's ECMA regexes (which clients read).
+    instance_id: str = text(min_length=1, max_length=253, pattern=r"^[\x21-\x7e]+$")
     template: str = Field(min_length=1, max_length=253)
     expected_name: str = Field("", max_length=253)
     expected_address: str = Field("", max_length=64)
