@@ -40,7 +40,8 @@ schema = schema.exclude(path_regex="watch|events")
 
 
 @schema.parametrize()  # type: ignore[untyped-decorator]
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized: the same cases every run, so a red build names a real change, not a new draw.
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_schema(case: Any) -> None:
     token = app().state.controller.cfg.admin_token  # type: ignore[attr-defined]
     case.call_and_validate(headers={"Authorization": f"Bearer {token}"})
