@@ -13,6 +13,7 @@ from xce_agent.membership import standing_code
 from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.status_line import status_line
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
+from xce_agent.supervision.machine import Phase
 
 TAIL_LINES = 5
 
@@ -47,7 +48,7 @@ def _last_exit(last_exit: str | None, reason: str, phase: str, code: str = "") -
     with the reason's code."""
     last = last_exit or "-"
     tag = f" [{code}]" if code else ""
-    if not reason or phase not in ("fatal", "backoff", "held"):
+    if not reason or phase not in (Phase.FATAL, Phase.BACKOFF, Phase.HELD):
         return last + (tag if last_exit else "")
     if last_exit and reason.startswith(last_exit):
         return reason + tag

@@ -21,12 +21,15 @@ from pathlib import Path
 
 from xce_agent import single_agent
 from xce_agent.config import AgentConfig
+from xce_agent.errors import StopTimedOut
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
 from xce_agent.supervision.cgroups import CgroupTree
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
+from xce_agent.supervision.machine import Phase
+from xce_protocol.errors import XceError
 
 
-class StopFailed(Exception):
+class StopFailed(XceError):
     """Something still runs after `xce-agent stop`; the message says what."""
 
 
@@ -36,7 +39,7 @@ def _wait_gone(pidfd: int, timeout: float) -> bool:
 
 
 def stop_host(config: AgentConfig, timeout: float) -> str:
-    """What happened, as one line; TimeoutError or StopFailed when not everything stopped."""
+    """What happened, as one line; StopTimedOut or StopFailed when not everything stopped."""
     store = StateStore(config.state_directory)
     state = store.read_only()
     if state is None:
@@ -57,7 +60,7 @@ def _ask_agent(pid: int, timeout: float) -> None:
     try:
         os.kill(pid, signal.SIGUSR2)
         if not _wait_gone(pidfd, timeout):
-            raise TimeoutError(f"the agent (pid {pid}) did not stop within {timeout:g}s")
+            raise StopTimedOut(f"the agent (pid {pid}) did not stop within {timeout:g}s")
     finally:
         os.close(pidfd)
 
@@ -105,7 +108,7 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
                 stopped.append(name)
         left = _wait_all_gone(state, tree, 5.0)
         comps = tuple(
-            replace(c, phase="stopped", pid=None, identity=None, since=time.time())
+            replace(c, phase=Phase.STOPPED.value, pid=None, identity=None, since=time.time())
             if c.name in stopped and c.name not in left
             else c
             for c in state.components

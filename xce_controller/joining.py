@@ -17,7 +17,7 @@ from typing import Any
 from xce_controller import credentials
 from xce_controller.config import ClusterConfig
 from xce_controller.lifecycle import JoinRequest, Refused, decommissioned, fact, returned_state
-from xce_controller.model import TERMINAL, Cluster, Fact, Host, HostState
+from xce_controller.model import TERMINAL, Cluster, Fact, Host, HostState, UnmatchedJoins
 from xce_protocol import names
 from xce_protocol.reasons import Reason, refusal
 
@@ -163,7 +163,7 @@ def _join_new(
 ) -> tuple[Host, list[Fact]]:
     if proof(None, cfg, req.token, now) is Proof.NONE:
         raise Refused("unauthorized", 401, "join token missing or wrong")
-    if cfg.unmatched_joins == "refuse":
+    if cfg.unmatched_joins is UnmatchedJoins.REFUSE:
         raise Refused(
             "unmatched",
             403,

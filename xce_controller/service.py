@@ -23,7 +23,7 @@ from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
 from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
-from xce_controller.model import TERMINAL, Fact, Host
+from xce_controller.model import TERMINAL, AdminAction, Fact, Host
 from xce_controller.store import StorageUnavailable, Store
 from xce_controller.timers import Timers
 from xce_protocol import names
@@ -78,6 +78,7 @@ class Controller:
         self._recorded: dict[tuple[str, str], float] = {}  # (host key, kind) -> last recorded
         for key in self.cluster.hosts:
             self._schedule(key)
+        self._released = False  # stopping: watches answer at once
 
     # --- changes ----------------------------------------------------------------------
     def commit(self, facts: list[Fact]) -> set[str]:
@@ -212,6 +213,23 @@ class Controller:
         if self._loop is not None:
             self._freezer = self._loop.call_later(FREEZE_EVERY, self._freeze)
 
+    def release_watchers(self) -> None:
+        """Answer every open long-poll now, and every later one at once, from any thread or a
+        signal handler: a stopping server then waits for no watch timeout (Debian 12's
+        uvicorn has no bound on it; an agent re-polls on its kept-alive connection), and a
+        restart is over before any host misses its heartbeats."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        self._released = True
+        waiters, self._waiters = self._waiters, {}
+        for futures in waiters.values():
+            for fut in futures:
+                if not fut.done():
+                    fut.set_result(None)
+
     async def stop(self) -> None:
         for handle in (self._handle, self._freezer):
             if handle is not None:
@@ -328,7 +346,7 @@ class Controller:
 
     async def watch(self, host: Host, since: int, timeout: float) -> Host:
         """Return once the host changed after version `since`, or at the timeout."""
-        if self.host_version.get(host.key, 0) <= since and timeout > 0:
+        if self.host_version.get(host.key, 0) <= since and timeout > 0 and not self._released:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(host.key, []).append(fut)
             try:
@@ -358,7 +376,7 @@ class Controller:
     def cancel(self, job_id: int, by: str) -> None:
         self.commit(jobmodel.cancel(self.cluster, self.clock(), by, job_id))
 
-    def control(self, name: str, action: str, by: str, **params: Any) -> Host:
+    def control(self, name: str, action: AdminAction, by: str, **params: Any) -> Host:
         host = self.find_host(name)
         self.commit(lc.control(self.cluster, self.cfg, self.clock(), by, host, action, **params))
         return self.cluster.hosts[host.key]

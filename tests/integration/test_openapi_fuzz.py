@@ -41,7 +41,8 @@ schema = schema.exclude(path_regex="watch|events")
 
 
 @schema.parametrize()  # type: ignore[untyped-decorator]
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized: the same cases every run, so a red build names a real change, not a new draw.
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_schema(case: Any) -> None:
     cfg = app().state.controller.cfg  # type: ignore[attr-defined]
     token = cfg.join_token if case.path == "/v1/join" else cfg.admin_token

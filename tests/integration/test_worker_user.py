@@ -57,7 +57,9 @@ def test_worker_user_reads_template_and_credential_and_nobody_else_does(base: Pa
         f'cd {out} && id -u > uid && cat "$XCE_TEMPLATE_FILE" > template '
         '&& cat "$XCE_CREDENTIAL_FILE" > credential '
         '&& { cat "$(dirname "$XCE_TEMPLATE_FILE")/state.json" > state 2>&1 || touch no-state; } '
-        "&& { env | grep -c s3cret > env-token || true; } && exec sleep 600"
+        # Written aside and renamed: the test waits for env-token, then reads it whole.
+        "&& { env | grep -c s3cret > env-token.new || true; } && mv env-token.new env-token "
+        "&& exec sleep 600"
     )
     server = FakeController(lambda x: None, ())
     agent = AgentProcess(

@@ -10,7 +10,7 @@ from xce_controller import credentials, deadlines, joining
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig, Template
 from xce_controller.facts import apply
-from xce_controller.model import Cluster, Fact, HostState
+from xce_controller.model import AdminAction, Cluster, Fact, HostState
 
 CFG = ClusterConfig(
     templates={"default": Template("default", slots=2)},
@@ -61,7 +61,9 @@ class World:
 
     def decommission(self, key: str) -> None:
         host = self.cluster.hosts[key]
-        self.commit(lc.control(self.cluster, self.cfg, 0.0, "admin", host, "decommission"))
+        self.commit(
+            lc.control(self.cluster, self.cfg, 0.0, "admin", host, AdminAction.DECOMMISSION)
+        )
         if self.cluster.hosts[key].state is HostState.DRAINING:
             due = deadlines.host_due(self.cluster, self.cfg, 0.0, self.cluster.hosts[key], 0.0)
             self.commit(due)
