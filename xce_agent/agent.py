@@ -41,7 +41,8 @@ from xce_agent.state import (
 from xce_agent.status_line import status_line
 from xce_agent.supervision import cgroups
 from xce_agent.supervision import machine as m
-from xce_agent.supervision.identity import ProcessIdentity, boot_id, start_ticks
+from xce_agent.supervision.boot import boot_id
+from xce_agent.supervision.identity import ProcessIdentity, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor

@@ -292,7 +292,7 @@ def speaker(
     if worker and credentials.matches(token, host.worker_hash):
         pass  # the worker's credential of this join: its watch and job reports
     elif credentials.matches(token, host.next_credential_hash):
-        facts.append(fact("confirmed", now, name, key=host.key))
+        facts.append(fact("confirmed", now, name, key=host.key, code=Reason.CREDENTIAL_CONFIRMED))
     elif not credentials.matches(token, host.credential_hash):
         if not any(credentials.matches(token, past) for past in host.past_credentials):
             raise unknown
@@ -310,7 +310,10 @@ def renew(host: Host, now: float, sealed: str, boot_id: str = "") -> Fact:
     a clone) becomes stale once this host presents the new one. `boot_id` is the boot the
     agent runs in (a reboot resumes here, not by a join)."""
     data: dict[str, Any] = dict(
-        key=host.key, incarnation=host.incarnation + 1, credential_hash=sealed
+        key=host.key,
+        incarnation=host.incarnation + 1,
+        credential_hash=sealed,
+        code=Reason.CREDENTIAL_RENEWED,
     )
     if boot_id:
         data["boot_id"] = boot_id

@@ -50,15 +50,16 @@ class Controller:
         r = requests.request(method, self.ctl.url + path, timeout=10, headers=headers, **kw)
         return r.json()
 
-    def joins(self) -> int:
+    def facts(self, *kinds: str) -> list[str]:
         db = sqlite3.connect(f"file:{self.ctl.db}?mode=ro", uri=True)
         try:
-            (count,) = db.execute(
-                "SELECT COUNT(*) FROM facts WHERE kind IN ('joined', 'rejoined')"
-            ).fetchone()
+            rows = db.execute("SELECT kind FROM facts ORDER BY seq").fetchall()
         finally:
             db.close()
-        return int(count)
+        return [k for (k,) in rows if k in kinds]
+
+    def joins(self) -> int:
+        return len(self.facts("joined", "rejoined"))
 
 
 def contact(m: Machine) -> dict[str, Any]:
@@ -104,9 +105,15 @@ def test_restart_and_reboot_keep_the_host_and_a_clone_is_refused(
         m.wait_for(lambda: m.show("MainPID")["MainPID"] != main, 30, "agent restart")
         m.wait_for(lambda: "resumed as hostid" in contact(m).get("detail", ""), 30, "resumed")
         assert worker_pid(m) == pid and ctl.joins() == 1
+        # Not a shutdown: no notice, the host stays open.
+        assert ctl.facts("notice") == [] and ctl.api("GET", "/v1/hosts/hostid")["state"] == "open"
 
         # A reboot: cloud-init writes the (used) join token again; the credential carries on.
+        # The poweroff is announced (a shutdown notice closes the host); the next boot of the
+        # container, on the same kernel, is a new boot all the same (PID 1 started again), so
+        # the host reopens.
         m.shutdown()
+        assert ctl.api("GET", "/v1/hosts/hostid")["notice"]["kind"] == "shutdown"
         image_copy = {n: (m.state / n).read_bytes() for n in ("credential.json", "template.json")}
         m.boot()
         m.wait_for(lambda: worker_pid(m), 150, "worker running after the reboot")
@@ -114,6 +121,7 @@ def test_restart_and_reboot_keep_the_host_and_a_clone_is_refused(
         assert ctl.joins() == 1
         host = ctl.api("GET", "/v1/hosts/hostid")
         assert host["state"] == "open" and host["incarnation"] == 3  # join + two renewals
+        assert host["notice"] is None and host["history"][-1]["code"] == "notice_ended"
         m.wait_for(lambda: "hostid" in m.show("StatusText")["StatusText"], 30, "STATUS connected")
 
         # A second machine booted from the image taken before the reboot: stale, recorded.

@@ -324,6 +324,12 @@ def test_an_agent_restart_keeps_the_host_without_a_second_join(api: Api, tmp_pat
         wait_for(lambda: "resumed as node1" in a.state().get("controller", {}).get("detail", ""))
         assert a.worker_pid() == pid
         assert api.facts("joined", "rejoined") == ["joined"]
+        # A restart of the agent is not a shutdown: SIGTERM was seen as one (the log says so),
+        # and neither a shutdown notice nor a final report went out; the host stays open.
+        assert "SIGTERM: exiting; components keep running" in a.log()
+        assert "shutdown announced" not in a.log() and "final report" not in a.log()
+        assert api.facts("notice") == [] and api.host("node1")["notice"] is None
+        assert api.host("node1")["state"] == "open"
         assert api.host("node1")["incarnation"] == 2  # renewed, not rejoined
         job = api.call("POST", "/v1/jobs", json={"command": ["true"]}).json()
         wait_for(lambda: api.call("GET", "/v1/jobs").json()[0]["state"] == "done", timeout=15)

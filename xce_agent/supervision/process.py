@@ -22,10 +22,10 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from xce_agent.supervision.boot import boot_id
 from xce_agent.supervision.cgroups import CgroupTree
 from xce_agent.supervision.identity import (
     ProcessIdentity,
-    boot_id,
     current,
     executable,
     mismatch,
