@@ -84,7 +84,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def render(url: str) -> str:
+def render(url: str, token_file: Path) -> str:
     out = subprocess.run(
         [
             sys.executable,
@@ -95,6 +95,8 @@ def render(url: str) -> str:
             url,
             "--instance-id",
             "auto",
+            "--token-file",
+            str(token_file),
             "--worker-command",
             "/usr/bin/xce-agent sample-worker",
         ],
@@ -188,16 +190,25 @@ def test_decommission_across_three_hosts_and_package_removal(
     images: dict[str, Path], tmp_path: Path
 ) -> None:
     cluster = Cluster(images, tmp_path)
-    a = Machine(images["agent"], tmp_path, "hosta", "i-e2e-a", render(cluster.url), state_dir=None)
-    b = Machine(images["agent"], tmp_path, "hostb", "i-e2e-b", render(cluster.url), state_dir=None)
-    machines = [cluster.host, a, b]
+    machines = [cluster.host]
     try:
         cluster.start()
         unit = cluster.host.show("ActiveState", unit="xce-controller.service")
         assert unit["ActiveState"] == "active", unit
-        for m in (a, b):
-            expect = cluster.xcecli("expect", m.instance, "--template", "default", "--name", m.name)
+        # The provisioner's way: each instance is expected with a join token of its own,
+        # minted by the controller and printed once, which goes into its user-data.
+        for name, instance in (("hosta", "i-e2e-a"), ("hostb", "i-e2e-b")):
+            expect = cluster.xcecli(
+                "expect", instance, "--template", "default", "--name", name, "--mint-join-token"
+            )
             assert expect.returncode == 0, expect.stderr
+            token_file = tmp_path / f"{name}-join-token"
+            token_file.write_text(expect.stdout.strip().splitlines()[-1].split()[-1] + "\n")
+            user_data = render(cluster.url, token_file)
+            machines.append(
+                Machine(images["agent"], tmp_path, name, instance, user_data, state_dir=None)
+            )
+        a, b = machines[1:]
         for m in (a, b):
             m.boot()
         for m in (a, b):

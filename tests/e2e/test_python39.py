@@ -104,7 +104,8 @@ def test_agent_on_python_39_joins_and_obeys_a_decommission(rootfs: Path, tmp_pat
     work = tmp_path / "py39host"
     work.mkdir()
     (work / "agent.yaml").write_text(
-        f"version: 1\ncontroller: {{url: '{ctl.url}', timeout: 2s, max_retry_delay: 1s}}\n"
+        f"version: 1\ncontroller: {{url: '{ctl.url}', timeout: 2s, max_retry_delay: 1s, "
+        f"token: '{ctl.join_token()}'}}\n"
         "instance: {id: i-py39, host_name: py39host}\n"
         "roles:\n  worker:\n    components:\n      worker:\n"
         "        command: [python3, -m, xce_agent, sample-worker]\n"
