@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.machines import Machine, ensure_rootfs_cache, prepare_base
+from tests.e2e.machines import Machine, build_image
 from tests.e2e.test_boot import CLUSTER, ROOT, pytestmark, render, state_of, worker_pid
 from tests.integration.controller_proc import ControllerProcess
 
@@ -26,17 +25,8 @@ __all__ = ["pytestmark"]  # the same skips as test_boot.py
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    tarball = ensure_rootfs_cache()
     work = tmp_path_factory.mktemp("e2e-identity-image")
-    built = subprocess.run(
-        [str(ROOT / "packaging/build-deb.sh"), str(work / "deb")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    deb = Path(built.stdout.strip().splitlines()[-1])
-    base = work / "base"
-    prepare_base(tarball, base, deb)
+    base, _ = build_image(ROOT, work)
     yield base
     shutil.rmtree(base, ignore_errors=True)
 
