@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from xce_controller import credentials, deadlines, joining, notices
+from xce_controller import collector, credentials, deadlines, joining, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
@@ -36,7 +35,6 @@ RECORD_EVERY = 60.0  # seconds between recorded refusals of one kind for one hos
 MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
 RETRY = 5.0  # a timer whose facts could not be stored tries again after this long
 RESCAN = ("job_submitted", "job_requeued")  # facts after which every open host may take work
-FREEZE_EVERY = 1.0  # seconds between moving survivors out of the cyclic collector's reach
 
 
 class Controller:
@@ -70,7 +68,8 @@ class Controller:
         self._handle: asyncio.TimerHandle | None = None
         self._armed: float | None = None
         self._freezer: asyncio.TimerHandle | None = None
-        self.tune_gc = False  # `serve` sets it: the policy is process-wide (see _freeze)
+        self._freeze_period = collector.MAX_PERIOD
+        self.tune_gc = False  # `serve` sets it: the policy is process-wide (collector.py)
         self.storage_down = ""  # the cause while writes fail, logged once
         self.storage_errors = 0  # changes the database refused since start
         # Told of every committed batch, in order (metrics, the events stream).
@@ -200,18 +199,11 @@ class Controller:
             self._freeze()
 
     def _freeze(self) -> None:
-        """Keep the cyclic collector's full passes short. With thousands of watches and
-        connections held open, its generation 2 holds millions of objects and a full pass
-        stopped the loop for 0.5-3 s (every request waited). Records and held requests are
-        freed by reference counting when done, and a full pass over them found no cyclic
-        garbage, so every second the young generations are collected (about a millisecond)
-        and the survivors are frozen; the full pass, which would find nothing older to
-        collect, is not run on its own (its threshold is out of reach)."""
-        gc.collect(1)
-        gc.freeze()
-        gc.set_threshold(*gc.get_threshold()[:2], 1 << 30)
+        """Freeze the young survivors, as often as keeps each pass short (collector.py)."""
+        pause = collector.freeze_young()
+        self._freeze_period = collector.next_period(self._freeze_period, pause)
         if self._loop is not None:
-            self._freezer = self._loop.call_later(FREEZE_EVERY, self._freeze)
+            self._freezer = self._loop.call_later(self._freeze_period, self._freeze)
 
     def release_watchers(self) -> None:
         """Answer every open long-poll now, and every later one at once, from any thread or a
