@@ -8,7 +8,9 @@ DocumentIncarnation, StartRequests approval). Changes can be applied at once or 
 in process (`Emulator.change`, `Emulator.change_at`) or from another process through
 `POST /_emulator/change` with `{"set": {...}, "after": SECONDS}`. Every request is logged, so a
 test can prove its input arrived. Faults (`fault: {"delay": S, "status": N, "garbage": true}`)
-make it slow or wrong.
+make it slow or wrong; `fault: {"token": T}` hands out T as the IMDSv2 token, `{"etag": E}` puts
+E ("" for none) in every GCE answer's ETag, `{"approve_status": N}` answers StartRequests with N and
+`{"name_status": N}` the Azure VM name with N.
 
 Run it as a process: `python -m tests.metadata_emulator --port-file FILE` (port 0: any free).
 """
@@ -237,7 +239,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not ttl.isdigit() or not 1 <= int(ttl) <= 21600:
                 self._xhtml(400, "400 - Bad Request")
                 return
-            token = secrets.token_urlsafe(32)
+            forced = self.emulator.state.values["fault"].get("token")
+            token = str(forced or secrets.token_urlsafe(32))
             with self.emulator.cond:
                 st.tokens[token] = time.monotonic() + int(ttl)
             headers = {"Content-Type": "text/plain", "X-aws-ec2-metadata-token-ttl-seconds": ttl}
@@ -281,7 +284,10 @@ class _Handler(BaseHTTPRequestHandler):
                     seen = etag() if last == etag() or not last else last
                     em.cond.wait_for(lambda: etag() != seen, timeout)
             value, tag = str(em.state.values[name]), etag()
-        headers = {"Metadata-Flavor": "Google", "ETag": tag, "Content-Type": "application/text"}
+        forced = em.state.values["fault"].get("etag")
+        headers = {"Metadata-Flavor": "Google", "Content-Type": "application/text"}
+        if forced != "":
+            headers["ETag"] = tag if forced is None else str(forced)
         self._send(200, value.encode(), headers)
 
     # --- Azure ----------------------------------------------------------------------------
@@ -291,8 +297,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, json.dumps(bad).encode(), {"Content-Type": "application/json"})
             return
         em, st = self.emulator, self.emulator.state
+        fault = st.values["fault"]
         if path == AZURE_NAME:
+            if fault.get("name_status"):
+                self._send(int(fault["name_status"]), b"fault\n")
+                return
             self._send(200, str(st.values["azure.name"]).encode(), {"Content-Type": "text/plain"})
+            return
+        if method == "POST" and fault.get("approve_status"):
+            self._send(int(fault["approve_status"]), b'{"error": "fault"}')
             return
         if method == "POST":
             self._approve(body)

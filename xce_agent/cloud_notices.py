@@ -30,6 +30,8 @@ class CloudNotices:
         self.seen = seen  # called on a watcher thread
         self.watcher: Watcher | None = None
         self._unapproved: set[str] = set()  # Azure events to approve once drained
+        self._approving: set[str] = set()  # approvals in flight
+        self._lock = threading.Lock()  # the sets: the loop adds, approval threads settle
 
     def start(self) -> None:
         if self.config.provider == "none":
@@ -50,17 +52,29 @@ class CloudNotices:
         """The notice file and each component's notice_signal (on the event loop)."""
         self.relay.relay(notice)
         if notice.provider == "azure":
-            if notice.state is NoticeState.ACTIVE:
-                self._unapproved.add(notice.event_id)
-            else:
-                self._unapproved.discard(notice.event_id)
+            with self._lock:
+                if notice.state is NoticeState.ACTIVE:
+                    self._unapproved.add(notice.event_id)
+                else:
+                    self._unapproved.discard(notice.event_id)
 
     def approve(self, event_id: str) -> None:
-        """Approve an Azure event once (on a thread of its own: it is an HTTP request)."""
-        if event_id not in self._unapproved or self.watcher is None:
-            return
-        self._unapproved.discard(event_id)
+        """Approve an Azure event (on a thread of its own: it is an HTTP request). One that
+        failed is tried again at the next answer saying the host is drained."""
+        with self._lock:
+            if event_id not in self._unapproved or event_id in self._approving:
+                return
+            if self.watcher is None:
+                return
+            self._approving.add(event_id)
         watcher = self.watcher
         threading.Thread(
-            target=watcher.acknowledge, args=([event_id],), name="notice-approve", daemon=True
+            target=self._acknowledge, args=(watcher, event_id), name="notice-approve", daemon=True
         ).start()
+
+    def _acknowledge(self, watcher: Watcher, event_id: str) -> None:
+        settled = watcher.acknowledge([event_id])
+        with self._lock:
+            self._approving.discard(event_id)
+            if settled:
+                self._unapproved.discard(event_id)

@@ -180,10 +180,15 @@ def test_azure_preempt_for_this_vm_is_a_notice_and_is_approved(emulator: Emulato
         emulator.change({"azure.events": [azure_event("Reboot", ["vm7"], when)]})
         assert until(lambda: emulator.count("GET", "/metadata/scheduledevents") >= 3)
         assert got.none_within(0.5)  # another VM's event
+        # Shared with vm7: a notice, but approving it would release vm7's eviction too.
         emulator.change({"azure.events": [azure_event("Preempt", ["vm0", "vm7"], when)]})
         notice = got.next()
         assert notice.kind is NoticeKind.PREEMPTION
         assert notice.deadline == pytest.approx(int(when), abs=1)
+        assert watcher.acknowledge([notice.event_id])  # settled: never to be approved
+        assert emulator.count("POST", "/metadata/scheduledevents") == 0
+        emulator.change({"azure.events": [azure_event("Preempt", ["vm0"], when)]})
+        assert got.next().deadline == pytest.approx(int(when), abs=1)  # changed: now alone
         assert watcher.acknowledge([notice.event_id])
     assert emulator.state.approvals == ["Preempt-0001"]
 

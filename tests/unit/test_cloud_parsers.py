@@ -292,3 +292,54 @@ def test_notice_round_trips_on_the_wire() -> None:
 def test_bad_notice_bodies_say_which_field(body: object, message: str) -> None:
     with pytest.raises(BadNotice, match=message):
         notice_from_wire(body)
+
+
+# --- one bad event among good ones; nesting; approval -----------------------------------------
+
+
+def test_azure_unknown_or_malformed_event_is_skipped_not_the_whole_document() -> None:
+    preempt = {**AZURE_EVENT, "EventId": "P", "EventType": "Preempt", "Resources": ["WestNO_0"]}
+    bad_events: list[object] = [{**AZURE_EVENT, "EventType": "Hibernate"}, {"EventId": 7}, "x"]
+    for bad in bad_events:
+        body = json.dumps({"DocumentIncarnation": 2, "Events": [bad, preempt]}).encode()
+        with pytest.raises(MetadataGarbage, match="event skipped") as caught:
+            azure.parse_events(200, body, "WestNO_0")
+        assert [o.event_id for o in caught.value.observed or []] == ["P"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "vm_name", "approvable"),
+    [
+        (["WestNO_0"], "WestNO_0", True),
+        (["WestNO_0", "WestNO_1"], "WestNO_0", False),
+        (["WestNO_1"], "", False),
+    ],
+)
+def test_azure_only_an_event_for_this_vm_alone_may_be_approved(
+    resources: list[str], vm_name: str, approvable: bool
+) -> None:
+    [obs] = azure.parse_events(200, doc({**AZURE_EVENT, "Resources": resources}), vm_name)
+    assert obs.approvable is approvable
+
+
+def test_aws_scheduled_bad_event_does_not_hide_a_retirement() -> None:
+    good = {
+        "NotBefore": "21 Jan 2019 09:00:43 GMT",
+        "Code": "instance-retirement",
+        "EventId": "instance-event-1",
+        "State": "active",
+    }
+    bad = {**good, "EventId": "instance-event-2", "NotBefore": "tomorrow"}
+    with pytest.raises(MetadataGarbage, match="event skipped") as caught:
+        aws.parse_scheduled(200, json.dumps([bad, good]).encode())
+    [obs] = caught.value.observed or []
+    assert (obs.event_id, obs.kind) == ("instance-event-1", NoticeKind.TERMINATION)
+
+
+@pytest.mark.parametrize("parse", [aws.parse_spot, aws.parse_scheduled])
+def test_json_nested_too_deep_is_garbage_not_a_crash(parse: object) -> None:
+    deep = b"[" * 50000 + b"]" * 50000
+    with pytest.raises(MetadataGarbage, match="not JSON"):
+        parse(200, deep)  # type: ignore[operator]
+    with pytest.raises(MetadataGarbage, match="not JSON"):
+        azure.parse_events(200, b'{"Events": ' + b"[" * 30000 + b"]" * 30000 + b"}", "vm0")

@@ -122,3 +122,40 @@ def test_a_refused_notice_is_not_retried_and_order_is_kept() -> None:
         ("aws-spot", "active"),
         ("aws-spot", "ended"),
     ]
+
+
+def test_a_failed_azure_approval_is_tried_again_at_the_next_drained_answer(
+    tmp_path: Path,
+) -> None:
+    from xce_agent.cloud_config import CloudConfig
+    from xce_agent.cloud_notices import CloudNotices
+
+    class FakeWatcher:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+            self.answers = [False, True]  # the platform failed once, then took it
+
+        def acknowledge(self, event_ids: list[str]) -> bool:
+            self.calls.append(event_ids)
+            return self.answers.pop(0)
+
+    cloud = CloudNotices(CloudConfig("azure"), NoticeRelay({}, Signals(), tmp_path), print)
+    watcher = FakeWatcher()
+    cloud.watcher = watcher  # type: ignore[assignment]
+    cloud.tell_components(Notice(NoticeKind.PREEMPTION, "azure", "E1", 2000.0))
+
+    def approved(times: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(watcher.calls) < times and time.monotonic() < deadline:
+            time.sleep(0.01)
+        while cloud._approving and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    cloud.approve("E1")
+    approved(1)
+    cloud.approve("E1")  # the next answer saying the host is drained
+    approved(2)
+    cloud.approve("E1")  # settled: not again
+    cloud.approve("other")  # never announced: not approved
+    time.sleep(0.05)
+    assert watcher.calls == [["E1"], ["E1"]]

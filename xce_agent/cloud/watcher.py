@@ -116,7 +116,8 @@ class Watcher:
             thread.join(max(0.0, end - time.monotonic()))
 
     def acknowledge(self, event_ids: list[str]) -> bool:
-        """Tell the platform it may go ahead (Azure StartRequests); False where not supported."""
+        """Tell the platform it may go ahead (Azure StartRequests); True once settled (see
+        AzureSource.acknowledge), False where not supported or when it failed."""
         for source in self.sources:
             if isinstance(source, AzureSource):
                 return source.acknowledge(event_ids)
@@ -128,14 +129,21 @@ class Watcher:
             started = time.monotonic()
             try:
                 observed = source.observe()
-            except (MetadataError, MetadataGarbage) as exc:
+            except MetadataGarbage as exc:
                 if self.stopped.is_set():
                     return
                 failures += 1
                 self._failed(source, exc, failures)
-                self.stopped.wait(
-                    min(MAX_ERROR_PAUSE, self.poll_interval * 2 ** min(failures - 1, 4))
-                )
+                if exc.observed is None:
+                    self._pause(failures)
+                    continue
+                observed = exc.observed  # the valid part: acted on, and polled as usual
+            except MetadataError as exc:
+                if self.stopped.is_set():
+                    return
+                failures += 1
+                self._failed(source, exc, failures)
+                self._pause(failures)
                 continue
             except Exception:  # a bug in a parser must not end the watch
                 failures += 1
@@ -143,8 +151,9 @@ class Watcher:
                     log.exception("%s: reading the metadata failed", source.name)
                 self.stopped.wait(MAX_ERROR_PAUSE)
                 continue
-            if failures:
-                log.info("%s: metadata answers again", source.name)
+            else:
+                if failures:
+                    log.info("%s: metadata answers again", source.name)
                 failures = 0
             if self.stopped.is_set():
                 return
@@ -157,6 +166,9 @@ class Watcher:
             if not source.long_poll or (quick and not news and self._seen(source)):
                 self.stopped.wait(self.poll_interval)
             self._read.add(source.name)
+
+    def _pause(self, failures: int) -> None:
+        self.stopped.wait(min(MAX_ERROR_PAUSE, self.poll_interval * 2 ** min(failures - 1, 4)))
 
     def _seen(self, source: Source) -> bool:
         return source.name in self._read
