@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from xce_agent import membership as ms
-from xce_agent import single_agent, unused_signals
+from xce_agent import pending_notices, single_agent, unused_signals
 from xce_agent.cloud_notices import CloudNotices
 from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
@@ -186,6 +186,7 @@ class Agent:
             cgroup_root=str(tree.root) if tree else "",
             instance_id=self.config.instance.id,
             roles=self.config.roles,
+            notices=(),  # the watcher reads every item again
         )
         self._save()
 
@@ -333,6 +334,9 @@ class Agent:
             active = event.notice.state is NoticeState.ACTIVE
             self.metrics.notice(event.notice.event_id, active)
             self._update_metrics()
+            pending = pending_notices.update(self.state.notices, event.notice, time.time())
+            self.state = replace(self.state, notices=pending)
+            self._save()
         before = self.state.membership
         after, actions = ms.step(before, event, time.time())
         if after != before:

@@ -204,3 +204,37 @@ def test_os_shutdown_with_the_controller_gone_still_stops_the_worker(
     assert time.monotonic() - started < 15  # the notice is bounded, then the usual stop
     assert agent.worker()["phase"] == "stopped"
     assert "notice retry, no final report" in agent.log()
+
+
+def test_status_shows_the_pending_notice_and_nothing_once_it_ended(world: World) -> None:
+    agent = world.agent("aws")
+
+    def status(*args: str) -> str:
+        command = [sys.executable, "-m", "xce_agent", "status", "--config", str(agent.config)]
+        done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def pending() -> list[dict[str, Any]]:
+        notices: list[dict[str, Any]] = json.loads(status("--json"))["notices"]
+        return notices
+
+    spot_path = "/latest/meta-data/spot/instance-action"
+    assert world.emulator.wait_for(lambda st: ("GET", spot_path) in st.requests, 10)
+    assert "notice:" not in status() and pending() == []
+    when = time.time() + 120
+    applied = world.emulator.change(spot(when))
+    wait_for(lambda: pending() != [], timeout=10)
+    [shown] = pending()
+    assert (shown["kind"], shown["provider"], shown["event_id"]) == (
+        "preemption",
+        "aws",
+        "aws-spot",
+    )
+    assert abs(shown["deadline"] - int(when)) <= 1
+    assert applied.wall - 1 <= shown["since"] <= time.time()
+    acts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(shown["deadline"]))
+    assert f"notice:      preemption [aws aws-spot]: platform acts at {acts} (in " in status()
+    world.emulator.change({"aws.spot": None})
+    wait_for(lambda: pending() == [], timeout=10)
+    assert "notice:" not in status()
