@@ -310,7 +310,11 @@ class Controller:
         """A provider's warning the host's agent relays: recorded, then acted on."""
         now = self.clock()
         self.seen[host.key] = now  # the agent spoke: as good as a heartbeat
-        self.commit(notices.receive(self.cluster, self.cfg, now, host, notice))
+        # A lost host is heard again first, so the notice closes it: acted on while it was
+        # lost, its next heartbeat would have reopened it for work just before it goes.
+        resumed = lc.heartbeat(self.cluster, now, host)
+        after = replace(host, state=lc.returned_state(host)) if resumed else host
+        self.commit([*resumed, *notices.receive(self.cluster, self.cfg, now, after, notice)])
         return self.cluster.hosts[host.key]
 
     # --- admin ------------------------------------------------------------------------

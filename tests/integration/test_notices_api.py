@@ -145,19 +145,101 @@ def test_lost_host_with_a_notice_is_listed_to_return_with_it(ctl: ControllerProc
 def test_bad_notices_are_refused_with_the_field(
     ctl: ControllerProcess, body: dict[str, Any], message: str
 ) -> None:
-    joined_with_job(ctl)
+    job = joined_with_job(ctl)
     r = notice(ctl, **body)
     assert r.status_code == 422 and message in r.json()["message"]
     assert call(ctl, "GET", "/v1/hosts/n1").json()["state"] == "open"  # nothing changed
+    still_obeys_a_valid_notice(ctl, job)
+
+
+def still_obeys_a_valid_notice(ctl: ControllerProcess, job: int, name: str = "n1") -> None:
+    """After a refused or ignored notice, a valid one from the host still acts at once."""
+    r = notice(ctl, name, kind="shutdown", provider="os", event_id="shutdown-b1")
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "closed" and job_state(ctl, job)["state"] == "pending"
 
 
 def test_notice_for_another_instance_or_unknown_host_is_refused(ctl: ControllerProcess) -> None:
-    joined_with_job(ctl)
+    job = joined_with_job(ctl)
     r = call(ctl, "POST", "/v1/hosts/n1/notice", {"kind": "shutdown", "instance_id": "i-other"})
     assert r.status_code == 404
     r = call(ctl, "POST", "/v1/hosts/ghost/notice", {"kind": "shutdown"})
     assert r.status_code == 404
     assert call(ctl, "GET", "/v1/hosts/n1").json()["state"] == "open"
+    assert job_state(ctl, job)["state"] == "running"
+    still_obeys_a_valid_notice(ctl, job)
+
+
+def test_notice_for_a_decommissioned_host_is_refused_and_changes_nothing(
+    ctl: ControllerProcess,
+) -> None:
+    job = joined_with_job(ctl)
+    r = call(ctl, "POST", "/v1/join", {"host": "n2", "instance_id": "i-n2", "boot_id": "b1"})
+    assert r.status_code == 200
+    r = call(ctl, "POST", "/v1/hosts/n2/decommission", {"reason": "gone"})
+    assert r.status_code == 200, r.text
+
+    def host() -> dict[str, Any]:
+        answer: dict[str, Any] = call(ctl, "GET", "/v1/hosts/n2").json()
+        return answer
+
+    wait_for(lambda: host()["state"] == "decommissioned", timeout=10)  # nothing ran on it
+    facts = len(call(ctl, "GET", "/v1/events").text.splitlines())
+    r = notice(ctl, "n2", kind="preemption", provider="aws", deadline=time.time() + 60)
+    assert r.status_code == 410 and r.json()["error"] == "decommissioned"
+    assert host()["state"] == "decommissioned" and host()["notice"] is None
+    assert len(call(ctl, "GET", "/v1/events").text.splitlines()) == facts  # no fact
+    still_obeys_a_valid_notice(ctl, job)
+
+
+def test_deadlines_in_the_past_act_at_once_far_future_ones_wait(ctl: ControllerProcess) -> None:
+    job = joined_with_job(ctl)
+    far = notice(ctl, kind="preemption", provider="aws", event_id="far", deadline=9.9e10)
+    assert far.status_code == 200 and far.json()["state"] == "closed"
+    beat = call(ctl, "POST", "/v1/hosts/n1/heartbeat", {"instance_id": "i-n1"})
+    assert beat.status_code == 200 and job_state(ctl, job)["state"] == "running"
+    job2 = joined_with_job(ctl, "n2")
+    past = notice(ctl, "n2", kind="preemption", provider="aws", event_id="past", deadline=1.0)
+    assert past.status_code == 200 and job_state(ctl, job2)["state"] == "pending"
+    assert job_state(ctl, job)["state"] == "running"  # the far one still waits
+    still_obeys_a_valid_notice(ctl, job)  # and a stronger one still acts
+
+
+def test_a_lost_host_that_relays_a_preemption_comes_back_closed(ctl: ControllerProcess) -> None:
+    # Its agent was partitioned longer than the grace; the notice is the first thing heard.
+    job = joined_with_job(ctl)
+    wait_for(lambda: call(ctl, "GET", "/v1/hosts/n1").json()["state"] == "lost", timeout=15)
+    assert job_state(ctl, job)["state"] == "pending"  # requeued at the loss
+    r = notice(ctl, kind="preemption", provider="aws", event_id="s", deadline=time.time() + 60)
+    assert r.status_code == 200 and r.json()["state"] == "closed", r.text
+    beat = call(ctl, "POST", "/v1/hosts/n1/heartbeat", {"instance_id": "i-n1"}).json()
+    assert beat["state"] == "closed"  # not open again: it is about to go
+    assert call(ctl, "GET", "/v1/hosts/n1").json()["notice"]["event_id"] == "s"
+    assert job_state(ctl, job)["assigned"] == ""  # no work placed on it
+
+
+def test_the_requeue_on_a_notice_happens_once_and_the_old_host_cannot_finish_it(
+    ctl: ControllerProcess,
+) -> None:
+    r = call(ctl, "POST", "/v1/join", {"host": "n1", "instance_id": "i-n1", "boot_id": "b1"})
+    assert r.status_code == 200
+    job = int(call(ctl, "POST", "/v1/jobs", {"command": ["sleep", "600"]}).json()["id"])
+    assert call(ctl, "POST", f"/v1/hosts/n1/jobs/{job}/started", {}).status_code == 200
+    call(ctl, "POST", "/v1/join", {"host": "n2", "instance_id": "i-n2", "boot_id": "b1"})
+    spot = {"kind": "preemption", "provider": "aws", "event_id": "aws-spot"}
+    assert notice(ctl, **spot, deadline=time.time() + 11).status_code == 200
+    wait_for(lambda: job_state(ctl, job)["state"] in ("assigned", "running"), timeout=10)
+    wait_for(lambda: job_state(ctl, job)["requeues"] == 1, timeout=10)
+    n2 = call(ctl, "GET", "/v1/hosts/n2").json()["key"]
+    wait_for(lambda: job_state(ctl, job)["assigned"] == n2, timeout=10)
+    assert call(ctl, "POST", f"/v1/hosts/n2/jobs/{job}/started", {}).status_code == 200
+    # The same notice again (its time moved), and a stronger one: nothing is requeued again.
+    assert notice(ctl, **spot, deadline=time.time() + 5).status_code == 200
+    assert notice(ctl, kind="shutdown", provider="os").status_code == 200
+    finished = call(ctl, "POST", f"/v1/hosts/n1/jobs/{job}/finished", {"exit_code": 0})
+    assert finished.status_code == 404  # the old copy's report does not count
+    listed = job_state(ctl, job)
+    assert (listed["state"], listed["assigned"], listed["requeues"]) == ("running", n2, 1)
 
 
 def test_notices_are_facts_replay_rebuilds_them(tmp_path: Path) -> None:
