@@ -45,6 +45,7 @@ from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
 from xce_protocol.notices import Notice, NoticeKind, NoticeState
+from xce_protocol.protocol import printable
 
 if TYPE_CHECKING:
     from xce_agent.link import ControllerLink
@@ -395,6 +396,12 @@ class Agent:
             self._notice_sender().send(action.notice)
         elif isinstance(action, ms.ApproveEvent):
             self.notices.approve(action.event_id)
+        elif isinstance(action, ms.EndStaleNotice):
+            ended = self.notices.stale_end(action.event_id, action.kind)
+            if ended is not None:
+                shown = printable(ended.event_id)[:80]
+                log.info("the controller acts on notice %s, which is over: ending it", shown)
+                self.handle(ms.Noticed(ended))  # told like an end the watcher saw
         elif isinstance(action, ms.AnnounceShutdown):
             from xce_agent.notice_sender import notice_payload
 

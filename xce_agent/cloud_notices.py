@@ -4,7 +4,9 @@ Owns the provider watcher; each notice it reports becomes a membership event (`N
 the event loop, and the membership machine decides what follows: `RelayNotice` (here: the
 notice file and each component's notice_signal), `SendNotice` (to the controller) and, once
 the controller says the host is drained for an Azure scheduled event, `ApproveEvent` (here:
-StartRequests, so the platform need not wait for the event's NotBefore time).
+StartRequests, so the platform need not wait for the event's NotBefore time). A notice the
+controller still acts on that the watcher, having read every item, no longer sees is ended
+(`stale_end`): it ended while no agent watched.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from xce_agent.cloud.watcher import Watcher, watcher_for
 from xce_agent.cloud_config import CloudConfig
 from xce_agent.notice_relay import NoticeRelay
-from xce_protocol.notices import Notice, NoticeState
+from xce_protocol.notices import MAX_TEXT, Notice, NoticeKind, NoticeState
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ class CloudNotices:
         self.watcher: Watcher | None = None
         self._unapproved: set[str] = set()  # Azure events to approve once drained
         self._approving: set[str] = set()  # approvals in flight
+        self._ended: set[str] = set()  # events the controller held that were said to be over
         self._lock = threading.Lock()  # the sets: the loop adds, approval threads settle
 
     def start(self) -> None:
@@ -51,6 +54,8 @@ class CloudNotices:
     def tell_components(self, notice: Notice) -> None:
         """The notice file and each component's notice_signal (on the event loop)."""
         self.relay.relay(notice)
+        if notice.state is NoticeState.ACTIVE:
+            self._ended.discard(notice.event_id)
         if notice.provider == "azure":
             with self._lock:
                 if notice.state is NoticeState.ACTIVE:
@@ -78,3 +83,21 @@ class CloudNotices:
             self._approving.discard(event_id)
             if settled:
                 self._unapproved.discard(event_id)
+
+    def stale_end(self, event_id: str, kind: str) -> Notice | None:
+        """The end of a notice the controller acts on but the provider no longer announces,
+        once: it ended while no agent watched (a restart, an upgrade) or its end was never
+        delivered, and the host would otherwise stay closed for good."""
+        watcher = self.watcher
+        if watcher is None or not watcher.ready() or event_id in self._ended:
+            return None
+        if len(event_id) > MAX_TEXT:
+            return None
+        try:
+            notice_kind = NoticeKind(kind)
+        except ValueError:
+            return None
+        if notice_kind is NoticeKind.SHUTDOWN or watcher.tracker.knows(event_id):
+            return None
+        self._ended.add(event_id)
+        return Notice(notice_kind, self.config.provider, event_id, None, NoticeState.ENDED)

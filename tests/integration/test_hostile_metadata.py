@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.helpers import wait_for
 from tests.integration.test_agent_notices import CHECKPOINTER, Agent, World
-from tests.metadata_emulator import Emulator, rfc1123, spot
+from tests.metadata_emulator import Emulator, aws_event_time, rfc1123, spot
 
 GCE = "/computeMetadata/v1/instance/"
 AZURE = "/metadata/scheduledevents"
@@ -161,3 +161,27 @@ def test_aws_spot_time_beyond_the_protocol_then_a_valid_one(world: World) -> Non
     when = time.time() + 120
     world.emulator.change(spot(when))
     assert abs(obeyed(world, out, "preemption")["deadline"] - int(when)) <= 1
+
+
+def test_a_notice_that_ended_while_the_agent_was_down_reopens_the_host(world: World) -> None:
+    # The cordon never lifted: the new agent's watcher saw nothing, so it never said "ended".
+    agent, out = checkpointing(world, "aws")
+    event = {
+        "NotBefore": aws_event_time(time.time() + 3600),
+        "Code": "system-reboot",
+        "Description": "scheduled reboot",
+        "EventId": "instance-event-1",
+        "NotAfter": aws_event_time(time.time() + 4600),
+        "State": "active",
+    }
+    world.emulator.change({"aws.scheduled": [event]})
+    wait_for(lambda: world.host()["state"] == "closed", timeout=15)
+    agent.term()  # an upgrade, say: the worker keeps running
+    canceled = {**event, "State": "canceled", "Description": "[Canceled] scheduled reboot"}
+    world.emulator.change({"aws.scheduled": [canceled]})
+    agent.start()
+    answered(world.emulator, "GET", "/latest/meta-data/events/maintenance/scheduled", 2)
+    wait_for(lambda: world.host()["state"] == "open", timeout=20)
+    assert world.host()["notice"] is None
+    world.emulator.change(spot(time.time() + 120))
+    obeyed(world, out, "preemption")

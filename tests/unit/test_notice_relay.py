@@ -159,3 +159,34 @@ def test_a_failed_azure_approval_is_tried_again_at_the_next_drained_answer(
     cloud.approve("other")  # never announced: not approved
     time.sleep(0.05)
     assert watcher.calls == [["E1"], ["E1"]]
+
+
+def test_a_notice_the_controller_holds_but_the_provider_no_longer_announces_is_ended_once(
+    tmp_path: Path,
+) -> None:
+    from xce_agent.cloud.observed import Observed
+    from xce_agent.cloud.watcher import Watcher
+    from xce_agent.cloud_config import CloudConfig
+    from xce_agent.cloud_notices import CloudNotices
+
+    class Source:
+        name = "aws spot"
+        long_poll = False
+
+        def observe(self) -> list[Observed]:
+            return []
+
+    cloud = CloudNotices(CloudConfig("aws"), NoticeRelay({}, Signals(), tmp_path), print)
+    watcher = Watcher("aws", [Source()], print, 1.0)
+    cloud.watcher = watcher
+    assert cloud.stale_end("ev-1", "maintenance") is None  # nothing read yet: cannot tell
+    watcher._known.add("aws spot")  # the source was read
+    watcher.tracker.update("aws spot", [Observed("live", NoticeKind.PREEMPTION, "")], 1.0)
+    assert cloud.stale_end("live", "preemption") is None  # still announced
+    assert cloud.stale_end("shutdown-b1", "shutdown") is None  # the OS's, not the provider's
+    assert cloud.stale_end("ev-1", "bogus") is None
+    ended = cloud.stale_end("ev-1", "maintenance")
+    assert ended == Notice(NoticeKind.MAINTENANCE, "aws", "ev-1", None, NoticeState.ENDED)
+    assert cloud.stale_end("ev-1", "maintenance") is None  # once
+    cloud.tell_components(Notice(NoticeKind.MAINTENANCE, "aws", "ev-1", 5.0))  # back again
+    assert cloud.stale_end("ev-1", "maintenance") is not None

@@ -54,6 +54,10 @@ class Tracker:
         with self._lock:
             return [n for notices in self._current.values() for n in notices.values()]
 
+    def knows(self, event_id: str) -> bool:
+        """Whether some source reports the event now."""
+        return any(n.event_id == event_id for n in self.active())
+
     def _notice(self, obs: Observed, first: float, known: Notice | None) -> Notice:
         deadline = obs.deadline
         if deadline is None and known is not None:
@@ -91,6 +95,7 @@ class Watcher:
         self.stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self._read: set[str] = set()  # sources read once (their first answer is immediate)
+        self._known: set[str] = set()  # sources whose reading the tracker holds
 
     def start(self) -> None:
         log.info(
@@ -114,6 +119,10 @@ class Watcher:
         end = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, end - time.monotonic()))
+
+    def ready(self) -> bool:
+        """Every source was read since the start: what the tracker lacks is not there."""
+        return all(s.name in self._known for s in self.sources)
 
     def acknowledge(self, event_ids: list[str]) -> bool:
         """Tell the platform it may go ahead (Azure StartRequests); True once settled (see
@@ -158,6 +167,7 @@ class Watcher:
             if self.stopped.is_set():
                 return
             news = self.tracker.update(source.name, observed, self.wall())
+            self._known.add(source.name)
             for notice in news:
                 self._hand_on(notice)
             # A long-poll that comes back at once with nothing new ignores wait_for_change:
