@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from tests.integration.helpers import wait_for
 from tests.integration.test_agent_notices import CHECKPOINTER, Agent, World
@@ -185,3 +186,27 @@ def test_a_notice_that_ended_while_the_agent_was_down_reopens_the_host(world: Wo
     assert world.host()["notice"] is None
     world.emulator.change(spot(time.time() + 120))
     obeyed(world, out, "preemption")
+
+
+def test_a_spot_notice_missing_from_one_answer_does_not_reopen_the_host(world: World) -> None:
+    # A flapping metadata service: one 404 between two answers that carry the notice. Taken
+    # for the end, it reopened the host for work just before the instance went.
+    _, out = checkpointing(world, "aws")
+    when = time.time() + 120
+    world.emulator.change(spot(when))
+    obeyed(world, out, "preemption")
+    world.emulator.change({"aws.spot": None})
+    answered(world.emulator, "GET", "/latest/meta-data/spot/instance-action", 1)
+    world.emulator.change(spot(when))
+    answered(world.emulator, "GET", "/latest/meta-data/spot/instance-action", 5)
+    assert host_states(world)[-1] == "closed"
+    assert "open" not in host_states(world)  # closed (it joined open), never reopened
+
+
+def host_states(world: World) -> list[str]:
+    """The states the controller's facts gave node1, in order."""
+    r = requests.get(
+        world.ctl.url + "/v1/events?host=node1", headers=world.ctl.admin_headers(), timeout=10
+    )
+    facts = [json.loads(line) for line in r.text.splitlines() if line.strip()]
+    return [f["data"]["state"] for f in facts if f["kind"] == "state"]

@@ -241,9 +241,26 @@ def test_tracker_reports_new_changed_and_ended_notices_once() -> None:
     [first] = tracker.update("preempted", obs, now=1000.0)
     assert first.deadline == 1030.0 and first.state is NoticeState.ACTIVE
     assert tracker.update("preempted", obs, now=1010.0) == []  # re-read: not news, same time
+    assert tracker.update("preempted", [], now=1015.0) == []  # one answer without it: not yet
     [ended] = tracker.update("preempted", [], now=1020.0)
     assert ended.state is NoticeState.ENDED and ended.event_id == "gce-preempted"
     assert tracker.update("preempted", [], now=1021.0) == []
+    tracker.update("preempted", obs, now=1030.0)
+    [ended] = tracker.update("preempted", [], now=1031.0, end_after=1)  # a long-poll's word
+    assert ended.state is NoticeState.ENDED
+
+
+def test_tracker_an_event_missing_from_one_answer_only_is_not_over() -> None:
+    tracker = Tracker("aws")
+    spot = [Observed("aws-spot", NoticeKind.PREEMPTION, "x", deadline=5.0)]
+    tracker.update("spot", spot, 1.0)
+    for now in (2.0, 4.0, 6.0):  # flapping: gone, back, gone, back
+        assert tracker.update("spot", [], now) == []
+        assert tracker.update("spot", spot, now + 1) == []
+    assert [n.event_id for n in tracker.active()] == ["aws-spot"]
+    assert tracker.update("spot", [], 8.0) == []
+    assert [n.state for n in tracker.update("spot", [], 9.0)] == [NoticeState.ENDED]
+    assert tracker.active() == []
 
 
 def test_tracker_keeps_a_scheduled_time_once_the_event_started() -> None:

@@ -26,28 +26,50 @@ log = logging.getLogger(__name__)
 MAX_ERROR_PAUSE = 10.0
 
 
-class Tracker:
-    """The notices each source reports, and what changed since its last reading."""
+END_AFTER = 2  # readings in a row without an event before it counts as over
 
-    def __init__(self, provider: str) -> None:
+
+class Tracker:
+    """The notices each source reports, and what changed since its last reading.
+
+    An event ends only once `END_AFTER` readings in a row lack it: one answer of a flapping
+    metadata service without it would otherwise reopen a host just before the platform acts.
+    (A long-poll's reading, which comes when the value changed, ends it at once.)
+    """
+
+    def __init__(self, provider: str, end_after: int = END_AFTER) -> None:
         self.provider = provider
+        self.end_after = end_after
         self._current: dict[str, dict[str, Notice]] = {}
+        self._missing: dict[str, dict[str, int]] = {}  # readings in a row without the event
         self._first_seen: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def update(self, source: str, observed: list[Observed], now: float) -> list[Notice]:
+    def update(
+        self, source: str, observed: list[Observed], now: float, end_after: int | None = None
+    ) -> list[Notice]:
+        """What is news in this reading; `end_after` overrides the readings an end needs."""
+        needed = self.end_after if end_after is None else end_after
         with self._lock:
             before = self._current.get(source, {})
+            missing = self._missing.setdefault(source, {})
             after: dict[str, Notice] = {}
             for obs in observed:
                 first = self._first_seen.setdefault(obs.event_id, now)
                 after[obs.event_id] = self._notice(obs, first, before.get(obs.event_id))
-            self._current[source] = after
+                missing.pop(obs.event_id, None)
             news = [n for key, n in after.items() if before.get(key) != n]
             for key, gone in before.items():
-                if key not in after:
-                    self._first_seen.pop(key, None)
-                    news.append(replace(gone, state=NoticeState.ENDED))
+                if key in after:
+                    continue
+                missing[key] = missing.get(key, 0) + 1
+                if missing[key] < needed:
+                    after[key] = gone  # not over yet: it may be back in the next answer
+                    continue
+                del missing[key]
+                self._first_seen.pop(key, None)
+                news.append(replace(gone, state=NoticeState.ENDED))
+            self._current[source] = after
             return news
 
     def active(self) -> list[Notice]:
@@ -166,7 +188,9 @@ class Watcher:
                 failures = 0
             if self.stopped.is_set():
                 return
-            news = self.tracker.update(source.name, observed, self.wall())
+            # A long-poll answers when the value changed: its reading is the server's word.
+            ends = 1 if source.long_poll else None
+            news = self.tracker.update(source.name, observed, self.wall(), ends)
             self._known.add(source.name)
             for notice in news:
                 self._hand_on(notice)
