@@ -10,7 +10,8 @@ in process (`Emulator.change`, `Emulator.change_at`) or from another process thr
 test can prove its input arrived. Faults (`fault: {"delay": S, "status": N, "garbage": true}`)
 make it slow or wrong; `fault: {"token": T}` hands out T as the IMDSv2 token, `{"etag": E}` puts
 E ("" for none) in every GCE answer's ETag, `{"approve_status": N}` answers StartRequests with N and
-`{"name_status": N}` the Azure VM name with N.
+`{"name_status": N}` the Azure VM name with N; `{"redirect": true}`, `{"huge": true}` (1 MiB),
+`{"deep": true}` (a 1 MiB run of `[`) and `{"drip": true}` (a byte every 0.1 s) answer so.
 
 Run it as a process: `python -m tests.metadata_emulator --port-file FILE` (port 0: any free).
 """
@@ -204,6 +205,16 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.get("status"):
             self._send(int(fault["status"]), b"fault\n")
             return
+        if fault.get("redirect"):
+            self._send(302, b"", {"Location": "http://127.0.0.2:9/"})
+            return
+        if fault.get("huge") or fault.get("deep"):
+            body = b"[" * (1 << 20) if fault.get("deep") else b"y" * (1 << 20)
+            self._send(200, body, {"Metadata-Flavor": "Google", "ETag": "1"})
+            return
+        if fault.get("drip"):
+            self._drip()
+            return
         if fault.get("garbage"):
             self._send(200, b"\x00\xff<<garbage>>" * 8, {"Metadata-Flavor": "Google", "ETag": "zz"})
             return
@@ -216,6 +227,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._azure(method, parts.path, query, body)
         else:
             self._send(404, b"not found\n")
+
+    def _drip(self) -> None:
+        """Headers, then a byte every 0.1 s until the fault is cleared (or 30 s passed)."""
+        self.send_response(200)
+        self.send_header("Metadata-Flavor", "Google")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        for _ in range(300):
+            with self.emulator.cond:
+                if not self.emulator.state.values["fault"].get("drip"):
+                    break
+            self.wfile.write(b"x")
+            self.wfile.flush()
+            time.sleep(0.1)
+        self.close_connection = True
 
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)

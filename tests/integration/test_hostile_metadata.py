@@ -210,3 +210,15 @@ def host_states(world: World) -> list[str]:
     )
     facts = [json.loads(line) for line in r.text.splitlines() if line.strip()]
     return [f["data"]["state"] for f in facts if f["kind"] == "state"]
+
+
+def test_a_notice_during_a_controller_restart_reaches_the_new_controller(world: World) -> None:
+    _, out = checkpointing(world, "aws")
+    world.ctl.kill()
+    when = time.time() + 120
+    world.emulator.change(spot(when))
+    answered(world.emulator, "GET", "/latest/meta-data/spot/instance-action", 2)
+    wait_for(lambda: out.exists() and "preemption" in out.read_text(), timeout=10)  # worker told
+    world.ctl.start()
+    notice = obeyed(world, out, "preemption")
+    assert abs(notice["deadline"] - int(when)) <= 1
