@@ -190,3 +190,18 @@ def test_a_notice_the_controller_holds_but_the_provider_no_longer_announces_is_e
     assert cloud.stale_end("ev-1", "maintenance") is None  # once
     cloud.tell_components(Notice(NoticeKind.MAINTENANCE, "aws", "ev-1", 5.0))  # back again
     assert cloud.stale_end("ev-1", "maintenance") is not None
+
+
+def test_a_notice_is_relayed_until_its_deadline_not_only_five_minutes() -> None:
+    from xce_agent.notice_sender import GIVE_UP, MAX_RETRY, retry_for
+
+    now = 10_000.0
+    assert retry_for(replace_deadline(None), now) == GIVE_UP
+    assert retry_for(replace_deadline(now + 60), now) == GIVE_UP  # a spot notice: 5 min
+    assert retry_for(replace_deadline(now + 3600), now) == 3600  # maintenance in an hour
+    assert retry_for(replace_deadline(now + 30 * 86400), now) == MAX_RETRY
+    assert retry_for(replace_deadline(now - 600), now) == GIVE_UP  # already past
+
+
+def replace_deadline(deadline: float | None) -> Notice:
+    return Notice(NoticeKind.MAINTENANCE, "aws", "ev", deadline)
