@@ -360,3 +360,12 @@ def test_json_nested_too_deep_is_garbage_not_a_crash(parse: object) -> None:
         parse(200, deep)  # type: ignore[operator]
     with pytest.raises(MetadataGarbage, match="not JSON"):
         azure.parse_events(200, b'{"Events": ' + b"[" * 30000 + b"]" * 30000 + b"}", "vm0")
+
+
+def test_tracker_an_event_id_listed_twice_is_taken_at_its_most_severe() -> None:
+    freeze = {**AZURE_EVENT, "EventId": "DUP", "Resources": ["WestNO_0"]}
+    preempt = {**freeze, "EventType": "Preempt"}
+    for events in ((freeze, preempt), (preempt, freeze)):
+        observed = azure.parse_events(200, doc(*events), "WestNO_0")
+        [notice] = Tracker("azure").update("events", observed, 1.0)
+        assert (notice.event_id, notice.kind) == ("DUP", NoticeKind.PREEMPTION)

@@ -19,7 +19,7 @@ from xce_agent.cloud.fetch import BoundedHttp, MetadataError
 from xce_agent.cloud.observed import MetadataGarbage, Observed
 from xce_agent.cloud.sources import AzureSource, Source, sources_for
 from xce_agent.cloud_config import PROVIDERS, CloudConfig
-from xce_protocol.notices import Notice, NoticeState
+from xce_protocol.notices import Impact, Notice, NoticeKind, NoticeState
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Tracker:
             before = self._current.get(source, {})
             missing = self._missing.setdefault(source, {})
             after: dict[str, Notice] = {}
-            for obs in observed:
+            for obs in _most_severe_per_event(observed):
                 first = self._first_seen.setdefault(obs.event_id, now)
                 after[obs.event_id] = self._notice(obs, first, before.get(obs.event_id))
                 missing.pop(obs.event_id, None)
@@ -95,6 +95,27 @@ class Tracker:
             obs.impact,
             obs.raw,
         )
+
+
+_RANK = {
+    NoticeKind.REBALANCE: 1,
+    NoticeKind.MAINTENANCE: 2,
+    NoticeKind.TERMINATION: 4,
+    NoticeKind.PREEMPTION: 4,
+    NoticeKind.SHUTDOWN: 5,
+}
+
+
+def _most_severe_per_event(observed: list[Observed]) -> list[Observed]:
+    """One event per id: a document listing an id twice (a Freeze and a Preempt, say) is
+    taken at its most severe, whatever the order, so a preemption is never read as a pause."""
+    chosen: dict[str, Observed] = {}
+    for obs in observed:
+        rank = _RANK[obs.kind] + (obs.impact is Impact.REBOOT)
+        known = chosen.get(obs.event_id)
+        if known is None or rank > _RANK[known.kind] + (known.impact is Impact.REBOOT):
+            chosen[obs.event_id] = obs
+    return list(chosen.values())
 
 
 class Watcher:
