@@ -329,5 +329,9 @@ class Controller:
 
     def control(self, name: str, action: AdminAction, by: str, **params: Any) -> Host:
         host = self.find_host(name)
-        self.commit(lc.control(self.cluster, self.cfg, self.clock(), by, host, action, **params))
+        now = self.clock()
+        facts = lc.control(self.cluster, self.cfg, now, by, host, action, **params)
+        if action is AdminAction.CLOSE:
+            facts += notices.after_admin_close(now, by, host)
+        self.commit(facts)
         return self.cluster.hosts[host.key]

@@ -104,6 +104,18 @@ def test_rebalance_reopens_by_itself(ctl: ControllerProcess) -> None:
     assert call(ctl, "GET", "/v1/hosts/n1").json()["notice"] is None
 
 
+def test_a_host_an_admin_closes_during_rebalance_advice_stays_closed(
+    ctl: ControllerProcess,
+) -> None:
+    joined_with_job(ctl)
+    assert notice(ctl, kind="rebalance", provider="aws").json()["state"] == "closed"
+    assert call(ctl, "POST", "/v1/hosts/n1/close", {"reason": "bad disk"}).status_code == 200
+    wait_for(lambda: call(ctl, "GET", "/v1/hosts/n1").json()["notice"] is None, timeout=10)
+    host = call(ctl, "GET", "/v1/hosts/n1").json()
+    assert host["state"] == "closed", host  # the advice lapsed; the admin's close holds
+    assert call(ctl, "POST", "/v1/hosts/n1/open", {}).json()["state"] == "open"
+
+
 def test_maintenance_reboot_reopens_when_the_host_rejoins_after_it(ctl: ControllerProcess) -> None:
     job = joined_with_job(ctl)
     r = notice(
