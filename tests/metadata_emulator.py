@@ -11,7 +11,8 @@ test can prove its input arrived. Faults (`fault: {"delay": S, "status": N, "gar
 make it slow or wrong; `fault: {"token": T}` hands out T as the IMDSv2 token, `{"etag": E}` puts
 E ("" for none) in every GCE answer's ETag, `{"approve_status": N}` answers StartRequests with N and
 `{"name_status": N}` the Azure VM name with N; `{"redirect": true}`, `{"huge": true}` (1 MiB),
-`{"deep": true}` (a 1 MiB run of `[`) and `{"drip": true}` (a byte every 0.1 s) answer so.
+`{"deep": true}` (a 1 MiB run of `[`) and `{"drip": true}` (a byte every 0.1 s) answer so;
+`{"no_wait": true}` makes GCE ignore wait_for_change.
 
 Run it as a process: `python -m tests.metadata_emulator --port-file FILE` (port 0: any free).
 """
@@ -302,7 +303,8 @@ class _Handler(BaseHTTPRequestHandler):
             return f"{em.state.etags.get(name, 0) + 1:016x}"
 
         with em.cond:
-            if query.get("wait_for_change") == "true":
+            ignores = bool(em.state.values["fault"].get("no_wait"))  # answers at once
+            if query.get("wait_for_change") == "true" and not ignores:
                 last = query.get("last_etag", "")
                 timeout = float(query.get("timeout_sec") or 3600)
                 if last != "0":

@@ -140,6 +140,18 @@ def test_gce_preemption_arrives_by_long_poll_not_by_polling(emulator: Emulator) 
     assert latency < 5.0
 
 
+def test_gce_server_ignoring_wait_for_change_is_paced_not_spun(emulator: Emulator) -> None:
+    emulator.change({"fault": {"no_wait": True}})
+    with watching("gce", emulator.url, interval=0.5) as (_, got):
+        assert until(lambda: emulator.count("GET", "/computeMetadata/v1/instance/") >= 4)
+        before = emulator.count("GET", "/computeMetadata/v1/instance/")
+        time.sleep(2.0)  # a measuring window, not a synchronisation
+        asked = emulator.count("GET", "/computeMetadata/v1/instance/") - before
+        assert asked <= 2 * (2.0 / 0.5 + 2)  # two keys, once per interval each: not a spin
+        emulator.change({"gce.instance/preempted": "TRUE"})
+        assert got.next(timeout=5.0).kind is NoticeKind.PREEMPTION
+
+
 def test_gce_maintenance_migrate_then_back_to_none(emulator: Emulator) -> None:
     with watching("gce", emulator.url, interval=30.0) as (_, got):
         emulator.change({"gce.instance/maintenance-event": "MIGRATE_ON_HOST_MAINTENANCE"})
