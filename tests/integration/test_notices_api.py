@@ -164,6 +164,21 @@ def test_bad_notices_are_refused_with_the_field(
     still_obeys_a_valid_notice(ctl, job)
 
 
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "1e11"])
+def test_non_finite_or_absurd_deadlines_are_refused(ctl: ControllerProcess, literal: str) -> None:
+    job = joined_with_job(ctl)
+    body = f'{{"instance_id": "i-n1", "kind": "preemption", "deadline": {literal}}}'
+    r = requests.post(
+        ctl.url + "/v1/hosts/n1/notice",
+        data=body,
+        headers={**ADMIN, "Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert r.status_code == 422, r.text
+    assert call(ctl, "GET", "/v1/hosts/n1").json()["state"] == "open"
+    still_obeys_a_valid_notice(ctl, job)
+
+
 def still_obeys_a_valid_notice(ctl: ControllerProcess, job: int, name: str = "n1") -> None:
     """After a refused or ignored notice, a valid one from the host still acts at once."""
     r = notice(ctl, name, kind="shutdown", provider="os", event_id="shutdown-b1")
