@@ -179,6 +179,19 @@ def test_non_finite_or_absurd_deadlines_are_refused(ctl: ControllerProcess, lite
     still_obeys_a_valid_notice(ctl, job)
 
 
+def test_control_characters_in_a_notice_never_reach_the_admins_terminal(
+    ctl: ControllerProcess,
+) -> None:
+    joined_with_job(ctl)
+    hostile = "\x1b]0;owned\x07\x1b[2J\nforged line"
+    r = notice(ctl, kind="preemption", provider=hostile, event_id=hostile, raw=hostile)
+    assert r.status_code == 200, r.text
+    for args in (("host", "n1"), ("hosts",), ("why", "n1")):
+        out = xcecli(ctl, *args)
+        assert "\x1b" not in out and "\x07" not in out, (args, out)
+        assert "\nforged line" not in out, (args, out)
+
+
 def still_obeys_a_valid_notice(ctl: ControllerProcess, job: int, name: str = "n1") -> None:
     """After a refused or ignored notice, a valid one from the host still acts at once."""
     r = notice(ctl, name, kind="shutdown", provider="os", event_id="shutdown-b1")

@@ -369,3 +369,8 @@ def test_tracker_an_event_id_listed_twice_is_taken_at_its_most_severe() -> None:
         observed = azure.parse_events(200, doc(*events), "WestNO_0")
         [notice] = Tracker("azure").update("events", observed, 1.0)
         assert (notice.event_id, notice.kind) == ("DUP", NoticeKind.PREEMPTION)
+
+
+def test_notice_text_fields_arrive_printable() -> None:
+    got = notice_from_wire({"kind": "preemption", "provider": "a\x1bb", "event_id": "e\nf"})
+    assert (got.provider, got.event_id) == ("a?b", "e?f")
