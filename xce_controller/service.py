@@ -23,7 +23,7 @@ from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
 from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
-from xce_controller.model import TERMINAL, AdminAction, Fact, Host
+from xce_controller.model import JOINED, TERMINAL, AdminAction, Fact, Host, HostState
 from xce_controller.store import StorageUnavailable, Store
 from xce_controller.timers import Timers
 from xce_protocol.errors import ConfigError
@@ -308,6 +308,11 @@ class Controller:
 
     def notice(self, host: Host, notice: Notice) -> Host:
         """A provider's warning the host's agent relays: recorded, then acted on."""
+        if host.state not in (*JOINED, HostState.LOST):
+            # Not joined yet (expected, overdue): the join would drop a notice kept on the
+            # record. Refused like an unknown host, which the agent retries after its join.
+            name = host.name or host.expected_name or host.key
+            raise lc.Refused("unknown_host", 404, f"host {name} has not joined yet: join first")
         now = self.clock()
         self.seen[host.key] = now  # the agent spoke: as good as a heartbeat
         # A lost host is heard again first, so the notice closes it: acted on while it was

@@ -192,6 +192,23 @@ def test_control_characters_in_a_notice_never_reach_the_admins_terminal(
         assert "\nforged line" not in out, (args, out)
 
 
+def test_a_notice_that_races_the_join_waits_for_it_and_then_closes_the_host(
+    ctl: ControllerProcess,
+) -> None:
+    # The watcher starts with the agent: a notice already posted at boot can reach the
+    # controller before the join. Taken on the expected record, the join then dropped it.
+    expect = {"instance_id": "i-n1", "template": "default", "expected_name": "n1"}
+    assert call(ctl, "POST", "/v1/expected", expect).status_code == 201
+    spot: dict[str, Any] = {"kind": "preemption", "provider": "aws", "deadline": time.time() + 120}
+    for name in ("n1", "i-n1"):
+        early = call(ctl, "POST", f"/v1/hosts/{name}/notice", {**spot, "instance_id": "i-n1"})
+        assert early.status_code == 404 and early.json()["error"] == "unknown_host", early.text
+    joined = call(ctl, "POST", "/v1/join", {"host": "n1", "instance_id": "i-n1", "boot_id": "b1"})
+    assert joined.json()["state"] == "open"
+    retried = notice(ctl, **spot)  # the agent retries an unknown_host refusal
+    assert retried.json()["state"] == "closed" and retried.json()["notice"]["kind"] == "preemption"
+
+
 def still_obeys_a_valid_notice(ctl: ControllerProcess, job: int, name: str = "n1") -> None:
     """After a refused or ignored notice, a valid one from the host still acts at once."""
     r = notice(ctl, name, kind="shutdown", provider="os", event_id="shutdown-b1")
