@@ -238,3 +238,24 @@ def test_status_shows_the_pending_notice_and_nothing_once_it_ended(world: World)
     world.emulator.change({"aws.spot": None})
     wait_for(lambda: pending() == [], timeout=10)
     assert "notice:" not in status()
+
+
+def test_a_job_requeued_ahead_of_a_spot_notice_is_stopped_on_the_old_host(world: World) -> None:
+    import psutil
+
+    world.agent("aws", worker=SAMPLE_WORKER)
+    marker = "600.25"  # a duration no other process uses: the job's copy is found by it
+    world.api("POST", "/v1/jobs", json={"command": ["sleep", marker], "host": "node1"})
+    wait_for(lambda: world.api("GET", "/v1/jobs")[0]["state"] == "running", timeout=20)
+
+    def copies() -> int:
+        return sum(
+            1 for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]
+        )
+
+    assert copies() == 1
+    world.emulator.change(spot(time.time() + 11))  # requeued at deadline - margin: in 1 s
+    wait_for(lambda: world.api("GET", "/v1/jobs")[0]["requeues"] == 1, timeout=15)
+    wait_for(lambda: copies() == 0, timeout=15)  # the old host's copy no longer runs
+    [job] = world.api("GET", "/v1/jobs")
+    assert job["state"] == "pending" and "preemption notice (aws)" in job["note"]
