@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from xce_agent import membership as ms
-from xce_agent import single_agent, unused_signals
+from xce_agent import pending_notices, single_agent, unused_signals
 from xce_agent.cloud_notices import CloudNotices
 from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
@@ -47,6 +47,7 @@ from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
 from xce_protocol.notices import Notice, NoticeKind, NoticeState
+from xce_protocol.protocol import printable
 
 if TYPE_CHECKING:
     from xce_agent.link import ControllerLink
@@ -193,6 +194,7 @@ class Agent:
             cgroup_root=str(tree.root) if tree else "",
             instance_id=self.config.instance.id,
             roles=self.config.roles,
+            notices=(),  # the watcher reads every item again
         )
         self._save()
 
@@ -340,6 +342,9 @@ class Agent:
             active = event.notice.state is NoticeState.ACTIVE
             self.metrics.notice(event.notice.event_id, active)
             self._update_metrics()
+            pending = pending_notices.update(self.state.notices, event.notice, time.time())
+            self.state = replace(self.state, notices=pending)
+            self._save()
         before = self.state.membership
         after, actions = ms.step(before, event, time.time())
         if after != before:
@@ -401,6 +406,12 @@ class Agent:
             self._notice_sender().send(action.notice)
         elif isinstance(action, ms.ApproveEvent):
             self.notices.approve(action.event_id)
+        elif isinstance(action, ms.EndStaleNotice):
+            ended = self.notices.stale_end(action.event_id, action.kind)
+            if ended is not None:
+                shown = printable(ended.event_id)[:80]
+                log.info("the controller acts on notice %s, which is over: ending it", shown)
+                self.handle(ms.Noticed(ended))  # told like an end the watcher saw
         elif isinstance(action, ms.AnnounceShutdown):
             from xce_agent.notice_sender import notice_payload
 

@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from xce_agent import pending_notices
 from xce_agent.errors import StateError
 from xce_agent.membership import MembershipState, Standing
+from xce_agent.pending_notices import PendingNotice
 from xce_protocol.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ class AgentState:
     updated_at: float = 0.0
     containment: str = ""  # how components are contained: a cgroup, or process groups and why
     cgroup_root: str = ""  # the agent's delegated cgroup, when it has one
+    notices: tuple[PendingNotice, ...] = ()  # the provider's notices pending (status shows them)
 
     def component(self, name: str) -> ComponentRecord | None:
         return next((c for c in self.components if c.name == name), None)
@@ -140,6 +143,7 @@ class AgentState:
             "updated_at": self.updated_at,
             "containment": self.containment,
             "cgroup_root": self.cgroup_root,
+            "notices": [n.to_json() for n in self.notices],
         }
 
     @classmethod
@@ -165,6 +169,7 @@ class AgentState:
                 updated_at=float(data.get("updated_at", 0.0)),
                 containment=str(data.get("containment", "")),
                 cgroup_root=str(data.get("cgroup_root", "")),
+                notices=pending_notices.from_json(data.get("notices")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None

@@ -161,6 +161,18 @@ def _end(now: float, host: Host, received: Notice, why: str) -> list[Fact]:
     return facts
 
 
+def after_admin_close(now: float, by: str, host: Host) -> list[Fact]:
+    """An admin closed the host while a notice had it closed: the close is the admin's now, and
+    the notice's end or lapse must not reopen it."""
+    notice = host.notice
+    if notice is None or not notice.reopen:
+        return []
+    kept = replace(notice, reopen=False)
+    return [
+        fact("notice", now, by, key=host.key, notice=notice_to_json(kept), code=Reason.ADMIN_CLOSED)
+    ]
+
+
 def due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
     """What time makes due for a host's notice: the requeue, or rebalance advice lapsing."""
     notice = host.notice

@@ -22,7 +22,7 @@ from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
 from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
-from xce_controller.model import TERMINAL, AdminAction, Fact, Host
+from xce_controller.model import JOINED, TERMINAL, AdminAction, Fact, Host, HostState
 from xce_controller.store import StorageUnavailable, Store
 from xce_controller.timers import Timers
 from xce_protocol import names
@@ -353,9 +353,18 @@ class Controller:
 
     def notice(self, host: Host, notice: Notice) -> Host:
         """A provider's warning the host's agent relays: recorded, then acted on."""
+        if host.state not in (*JOINED, HostState.LOST):
+            # Not joined yet (expected, overdue): the join would drop a notice kept on the
+            # record. Refused like an unknown host, which the agent retries after its join.
+            name = host.name or host.expected_name or host.key
+            raise lc.Refused("unknown_host", 404, f"host {name} has not joined yet: join first")
         now = self.clock()
         self.seen[host.key] = now  # the agent spoke: as good as a heartbeat
-        self.commit(notices.receive(self.cluster, self.cfg, now, host, notice))
+        # A lost host is heard again first, so the notice closes it: acted on while it was
+        # lost, its next heartbeat would have reopened it for work just before it goes.
+        resumed = lc.heartbeat(self.cluster, now, host)
+        after = replace(host, state=lc.returned_state(host)) if resumed else host
+        self.commit([*resumed, *notices.receive(self.cluster, self.cfg, now, after, notice)])
         return self.cluster.hosts[host.key]
 
     # --- admin ------------------------------------------------------------------------
@@ -370,5 +379,9 @@ class Controller:
 
     def control(self, name: str, action: AdminAction, by: str, **params: Any) -> Host:
         host = self.find_host(name)
-        self.commit(lc.control(self.cluster, self.cfg, self.clock(), by, host, action, **params))
+        now = self.clock()
+        facts = lc.control(self.cluster, self.cfg, now, by, host, action, **params)
+        if action is AdminAction.CLOSE:
+            facts += notices.after_admin_close(now, by, host)
+        self.commit(facts)
         return self.cluster.hosts[host.key]

@@ -172,6 +172,24 @@ def test_a_host_the_admin_closed_is_not_reopened_by_a_lapsed_notice() -> None:
     assert w.state(a) is HostState.CLOSED and w.cluster.hosts[a].notice is None
 
 
+@pytest.mark.parametrize("end", ["lapse", "withdrawn"])
+def test_an_admin_close_while_a_notice_has_the_host_closed_holds_after_the_notice(
+    end: str,
+) -> None:
+    w = World()
+    a = w.join("a")
+    w.notice(a, NoticeKind.REBALANCE)
+    w.now = 10.0
+    host = w.cluster.hosts[a]
+    w.commit(lc.control(w.cluster, w.cfg, w.now, "admin", host, AdminAction.CLOSE))
+    w.commit(notices.after_admin_close(w.now, "admin", host))
+    if end == "lapse":
+        w.tick(300.0)
+    else:
+        w.notice(a, NoticeKind.REBALANCE, state=NoticeState.ENDED)
+    assert w.state(a) is HostState.CLOSED and w.cluster.hosts[a].notice is None
+
+
 def test_maintenance_reboot_drains_before_not_before_and_reopens_after_the_reboot() -> None:
     w = World()
     a = w.join("a", boot="b1")
