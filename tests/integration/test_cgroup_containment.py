@@ -276,3 +276,21 @@ def test_a_state_forged_with_an_unrelated_process_s_exact_identity_is_not_adopte
             stranger.kill()
             stranger.wait()
         _remove_tree(foreign)
+
+
+def test_limits_without_their_controller_are_said_to_be_not_enforced(
+    host: HostAgent, cgroup: Path
+) -> None:
+    """A cgroup without the memory and pids controllers (this project's CI machine binds them
+    to cgroup v1): the limits cannot be enforced, and status says which."""
+    host.write({"worker": ("import time\ntime.sleep(600)\n", "limits: {memory_max: 64M}")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    status = host.cli("status").stdout
+    controllers = (cgroup / "cgroup.controllers").read_text().split()
+    if "memory" in controllers:
+        assert f"limits: enforced in {cgroup / 'component-worker'}" in status
+        assert (cgroup / "component-worker" / "memory.max").read_text() == f"{64 * 1024**2}\n"
+    else:
+        assert f"limits: memory_max NOT enforced (no such controller in {cgroup})" in status
+    assert host.cli("stop", "--timeout", "20").returncode == 0

@@ -77,7 +77,10 @@ class CgroupTree:
                 )
             return f"enforced by {where}"
         if self.may_enable:
-            return f"written to {self.leaf(spec.name)}"
+            missing = sc.unenforced(spec.limits, self.root)
+            if missing:
+                return f"{', '.join(missing)} NOT enforced (no such controller in {self.root})"
+            return f"enforced in {self.leaf(spec.name)}"
         return "NOT enforced: no systemd scopes here, and no controllers in the agent's cgroup"
 
     # --- set-up -----------------------------------------------------------------------

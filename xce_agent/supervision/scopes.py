@@ -89,12 +89,7 @@ class Scopes:
 
     def unenforced(self, limits: ResourceLimits) -> list[str]:
         """The limits set that the hierarchy cannot enforce (controller not available)."""
-        try:
-            have = (self.mount / "cgroup.controllers").read_text().split()
-        except OSError:
-            have = []
-        wanted = [k for k in _CONTROLLERS if getattr(limits, k) is not None]
-        return [k for k in wanted if _CONTROLLERS[k] not in have]
+        return unenforced(limits, self.mount)
 
     def command(
         self, spec: ComponentSpec, uid: int | None, gid: int | None, groups: list[int] | None
@@ -144,6 +139,16 @@ class Scopes:
         elif gid is not None:
             words.append("--keep-groups")
         return [*words, "--"]
+
+
+def unenforced(limits: ResourceLimits, cgroup: Path) -> list[str]:
+    """The limits set whose controller `cgroup` does not offer to its children."""
+    try:
+        have = (cgroup / "cgroup.controllers").read_text().split()
+    except OSError:
+        have = []
+    wanted = [key for key in _CONTROLLERS if getattr(limits, key) is not None]
+    return [key for key in wanted if _CONTROLLERS[key] not in have]
 
 
 def detect(mount: Path, state_directory: Path, agent_unit: str) -> tuple[Scopes | None, str]:

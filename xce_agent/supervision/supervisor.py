@@ -324,7 +324,7 @@ class Supervisor:
         if waited < 5.0 and not self._runner.ready(spec):
             # Its previous scope is still known to systemd (for a few ms after it emptied):
             # the same unit name cannot be started again until it is gone.
-            self.reactor.call_later(0.01, lambda: self._spawn(name, waited + 0.01))
+            self.reactor.call_later(0.01, lambda: self._spawn_later(name, waited + 0.01))
             return
         try:
             handle = self._runner.spawn(spec, self.outputs.get(name))
@@ -334,6 +334,11 @@ class Supervisor:
             return
         self._watch(name, handle)
         self._queue.append((name, m.Spawned(handle.pid)))
+
+    def _spawn_later(self, name: str, waited: float) -> None:
+        self._spawn(name, waited)
+        if self._queue and not self._draining:  # what the spawn queued (Spawned, SpawnFailed)
+            self.post(*self._queue.popleft())
 
     def _watch(self, name: str, handle: Handle) -> None:
         self._handles[name] = handle
