@@ -134,3 +134,10 @@ def test_membership_is_the_exact_cgroup_not_a_path_that_ends_like_it(
     assert tree.contains("w", 1)
     assert not tree.contains("w", 2)
     assert not tree.contains("w", 3) and tree.cgroup_of(3) == tree.root
+
+
+def test_an_older_systemd_gets_no_property_it_would_refuse(tmp_path: Path) -> None:
+    old = sc.Scopes(tmp_path, "1a2b3c4d", "", "/usr/bin/systemd-run", "", version=247)
+    argv = old.command(spec(), None, None, None)
+    assert "OOMPolicy=continue" not in argv and not any(w.startswith("Before=") for w in argv)
+    assert "OOMPolicy=continue" in scopes(tmp_path).command(spec(), None, None, None)

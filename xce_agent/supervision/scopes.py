@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ class Scopes:
     agent_unit: str = ""  # the agent's own unit, which stops before the scopes at shutdown
     systemd_run: str = "systemd-run"
     setpriv: str = ""  # switches user and groups after the scope exists; "" if not installed
+    version: int = 252  # systemd's: scopes take OOMPolicy= from 252 on (checked on Debian 12)
 
     @property
     def slice_dir(self) -> Path:
@@ -103,15 +105,16 @@ class Scopes:
             f"--unit={self.unit(spec.name)}",
             f"--slice={SLICE}",
             f"--description=xce-agent component {spec.name}",
-            # The agent decides whether an OOM kill ends the component (its restart policy).
-            "-p",
-            "OOMPolicy=continue",
             # Should systemd ever stop the scope itself: the component's own stop settings.
             "-p",
             f"KillSignal={signal.Signals(spec.stop_signal).name}",
             "-p",
             f"TimeoutStopSec={max(1, round(spec.stop_timeout))}s",
         ]
+        if self.version >= 252:
+            # The agent decides whether an OOM kill ends the component (its restart policy);
+            # an older systemd would refuse the unknown property and the start.
+            argv += ["-p", "OOMPolicy=continue"]
         if self.agent_unit:
             # Stop order is the reverse of start order: at shutdown the agent stops first and
             # stops the components itself, gracefully; systemd's stop of the scope comes after.
@@ -166,8 +169,21 @@ def detect(mount: Path, state_directory: Path, agent_unit: str) -> tuple[Scopes 
         agent_unit,
         run,
         shutil.which("setpriv") or "",
+        _version(run),
     )
     return scopes, ""
+
+
+def _version(run: str) -> int:
+    """systemd's version, from `systemd-run --version` ("systemd 252 (252.39-1~deb12u2)")."""
+    try:
+        out = subprocess.run(
+            [run, "--version"], capture_output=True, text=True, timeout=5, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    match = re.match(r"systemd (\d+)", out)
+    return int(match.group(1)) if match else 0
 
 
 def for_cleanup(mount: Path | None, state_directory: Path) -> Scopes | None:
