@@ -159,6 +159,10 @@ def test_limits_live_in_scopes_and_survive_agent_restarts(
         assert (props["CPUWeight"], props["TasksMax"], props["Slice"]) == ("50", "64", "xce.slice")
         assert host.show("TasksMax", unit=scope("forker"))["TasksMax"] == "5"
         host.wait_for(lambda: record(host, "forker")["tail"], 30, "forker output")
+        forker = running(host, "forker")
+        assert forker is not None and forker in procs(host, "forker")
+        forks = int(record(host, "forker")["tail"][-1].split()[1])
+        assert len(procs(host, "forker")) == 1 + forks  # its children are in its scope too
 
         controllers = host.run("cat", "/sys/fs/cgroup/cgroup.controllers").stdout.split()
         text = host.run("xce-agent", "status").stdout
@@ -181,7 +185,6 @@ def test_limits_live_in_scopes_and_survive_agent_restarts(
 
         # A reload with a changed limit: the component restarts in a scope with the new one
         # (its previous scope is gone first: the same unit name is started again).
-        forker = running(host, "forker")
         host.run("sed", "-i", "s/tasks_max: 5}/tasks_max: 7}/", "/etc/xce/agent.yaml")
         reload = host.run("xce-agent", "reload", timeout=120)
         assert reload.returncode == 0, reload.stdout + reload.stderr
@@ -223,6 +226,7 @@ def test_limits_live_in_scopes_and_survive_agent_restarts(
         assert stop.returncode == 0, stop.stdout + stop.stderr
         assert "no agent was running; stopped" in stop.stdout
         assert worker_processes(host) == 0
+        assert host.run("pgrep", "-c", "-f", "sleep 3600").stdout.strip() == "0"  # its children
         for name in ("xce-worker", "forker"):
             host.wait_for(
                 lambda n=name: host.show("LoadState", unit=scope(n))["LoadState"] == "not-found",
