@@ -290,8 +290,14 @@ def test_http_probe_follows_the_status_code() -> None:
     finally:
         server.shutdown()
         server.server_close()
-    gone = run_probe(ProbeSpec(ProbeKind.HTTP, url=base, timeout=1))
-    assert gone[0] is False and gone[1].startswith("http probe failed")
+    # A port bound but not listening refuses connections, and nobody else can take it meanwhile
+    # (a port merely closed may be reused by another process, which then answers the probe).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        gone = run_probe(
+            ProbeSpec(ProbeKind.HTTP, url=f"http://127.0.0.1:{held.getsockname()[1]}", timeout=1)
+        )
+    assert gone[0] is False and gone[1].startswith("http probe failed"), gone
 
 
 def test_a_removed_component_added_back_runs_again(make: Callable[..., Harness]) -> None:
