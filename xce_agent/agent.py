@@ -96,7 +96,7 @@ class Agent:
             self.stored.worker_secret or None if self.stored else None,
         )
         if runner is None:
-            self.containment = containment or cgroups.detect()
+            self.containment = containment or cgroups.detect(config.state_directory.resolve())
             runner = HandoffRunner(
                 self.handoff,
                 ms.JOIN_FIRST_ROLES,
@@ -173,6 +173,11 @@ class Agent:
         self._runner.cgroups = self.containment.tree
         level = logging.INFO if self.containment.tree else logging.WARNING
         log.log(level, "components are contained by %s", self.containment.description)
+        for name in self.supervisor.specs:
+            note = self.supervisor.limits_note(name)
+            if note:
+                level = logging.WARNING if "NOT enforced" in note else logging.INFO
+                log.log(level, "%s: limits %s", name, note)
 
     def _record_self(self, previous: AgentState | None) -> None:
         ticks = start_ticks(os.getpid())

@@ -60,6 +60,7 @@ class ComponentRecord:
     tail: tuple[str, ...] = ()  # the last lines of its output
     note: str = ""  # e.g. "restarting: its configured command changed"
     code: str = ""  # the reason's code (xce_protocol.reasons)
+    limits: str = ""  # how its limits are enforced (or that they are not)
 
 
 class Lifecycle(str, enum.Enum):
@@ -129,6 +130,7 @@ class AgentState:
             # Beside the records, not in them: an older agent reading this file (a downgrade)
             # would take an unknown field in a record for a corrupt state.
             "codes": {c.name: c.code for c in self.components if c.code},
+            "limits": {c.name: c.limits for c in self.components if c.limits},
             "controller": {
                 "state": m.standing.value,
                 "since": m.since,
@@ -154,9 +156,13 @@ class AgentState:
         try:
             agent = AgentRecord(**data["agent"]) if data.get("agent") else None
             tomb = Tombstone(**data["tombstone"]) if data.get("tombstone") else None
-            codes = data.get("codes") or {}
+            codes, limits = data.get("codes") or {}, data.get("limits") or {}
             comps = tuple(
-                replace(_component(c), code=str(codes.get(c.get("name"), "")))
+                replace(
+                    _component(c),
+                    code=str(codes.get(c.get("name"), "")),
+                    limits=str(limits.get(c.get("name"), "")),
+                )
                 for c in data.get("components", [])
             )
             return cls(
@@ -178,6 +184,7 @@ class AgentState:
 def _component_json(record: ComponentRecord) -> dict[str, Any]:
     data = asdict(record)
     data.pop("code")
+    data.pop("limits")
     return data
 
 

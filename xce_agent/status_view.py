@@ -148,6 +148,8 @@ def render_status(
             lines.append(f"  next retry at {stamp}")
         if comp.note:
             lines.append(f"  note: {comp.note}")
+        if comp.limits:
+            lines.append(f"  limits: {comp.limits}")
         for line in comp.tail[-TAIL_LINES:]:
             lines.append(f"  | {line}")
     return "\n".join(lines)
