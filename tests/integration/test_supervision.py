@@ -283,8 +283,9 @@ def test_http_probe_follows_the_status_code() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        ok = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/healthz", timeout=2))
-        bad = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/other", timeout=2))
+        # Generous timeouts: the probe's own deadline is not what this test measures.
+        ok = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/healthz", timeout=10))
+        bad = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/other", timeout=10))
         assert ok == (True, "http probe got status 200")
         assert bad == (False, "http probe got status 503")
     finally:
