@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml | system-deps
 	touch $@
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check xce_protocol xce_agent xce_controller tests bench
-	$(VENV)/bin/ruff format --check xce_protocol xce_agent xce_controller tests bench
+	$(VENV)/bin/ruff check xce_protocol xce_agent xce_controller tests bench packaging/python
+	$(VENV)/bin/ruff format --check xce_protocol xce_agent xce_controller tests bench packaging/python
 	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)

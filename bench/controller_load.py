@@ -4,7 +4,8 @@ The controller runs as its own process (`xce-controller serve`) on loopback. The
 generator (bench/loadgen.py) is this process: asyncio on raw sockets, one heartbeat and one
 watch connection per simulated host, each host heartbeating on its own schedule; latency is
 taken from the scheduled time. Both share the machine's cores, as they would not in
-production, and the generator's own lateness is printed so it can be told apart.
+production, and the generator's own lateness (send lag, longest stall of its loop) is printed
+so it can be told apart.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def run(hosts: int = 10_000, seconds: float = 30.0, interval: float = 10.0) -> s
     with tempfile.TemporaryDirectory() as tmp:
         proc, _, port = start_controller(Path(tmp))
         try:
-            result = asyncio.run(_measure(proc.pid, port, half, hosts, watched, interval, seconds))
+            result = run_loop(_measure(proc.pid, port, half, hosts, watched, interval, seconds))
         finally:
             proc.terminate()
             proc.wait()
@@ -177,8 +178,8 @@ def _latency_rows(label: str, s: Samples, p99_target: str, window_target: str) -
             "",
         ],
         [
-            f"{label}: generator send lag p99",
-            ms(percentile(lag, 99)),
+            f"{label}: generator send lag p99 / loop stall max",
+            f"{ms(percentile(lag, 99))} / {ms(s.stall * 1000)}",
             "",
             "the client's own lateness",
         ],

@@ -8,7 +8,11 @@ DocumentIncarnation, StartRequests approval). Changes can be applied at once or 
 in process (`Emulator.change`, `Emulator.change_at`) or from another process through
 `POST /_emulator/change` with `{"set": {...}, "after": SECONDS}`. Every request is logged, so a
 test can prove its input arrived. Faults (`fault: {"delay": S, "status": N, "garbage": true}`)
-make it slow or wrong.
+make it slow or wrong; `fault: {"token": T}` hands out T as the IMDSv2 token, `{"etag": E}` puts
+E ("" for none) in every GCE answer's ETag, `{"approve_status": N}` answers StartRequests with N and
+`{"name_status": N}` the Azure VM name with N; `{"redirect": true}`, `{"huge": true}` (1 MiB),
+`{"deep": true}` (a 1 MiB run of `[`) and `{"drip": true}` (a byte every 0.1 s) answer so;
+`{"no_wait": true}` makes GCE ignore wait_for_change.
 
 Run it as a process: `python -m tests.metadata_emulator --port-file FILE` (port 0: any free).
 """
@@ -202,6 +206,16 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.get("status"):
             self._send(int(fault["status"]), b"fault\n")
             return
+        if fault.get("redirect"):
+            self._send(302, b"", {"Location": "http://127.0.0.2:9/"})
+            return
+        if fault.get("huge") or fault.get("deep"):
+            body = b"[" * (1 << 20) if fault.get("deep") else b"y" * (1 << 20)
+            self._send(200, body, {"Metadata-Flavor": "Google", "ETag": "1"})
+            return
+        if fault.get("drip"):
+            self._drip()
+            return
         if fault.get("garbage"):
             self._send(200, b"\x00\xff<<garbage>>" * 8, {"Metadata-Flavor": "Google", "ETag": "zz"})
             return
@@ -214,6 +228,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._azure(method, parts.path, query, body)
         else:
             self._send(404, b"not found\n")
+
+    def _drip(self) -> None:
+        """Headers, then a byte every 0.1 s until the fault is cleared (or 30 s passed)."""
+        self.send_response(200)
+        self.send_header("Metadata-Flavor", "Google")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        for _ in range(300):
+            with self.emulator.cond:
+                if not self.emulator.state.values["fault"].get("drip"):
+                    break
+            self.wfile.write(b"x")
+            self.wfile.flush()
+            time.sleep(0.1)
+        self.close_connection = True
 
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -237,7 +266,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not ttl.isdigit() or not 1 <= int(ttl) <= 21600:
                 self._xhtml(400, "400 - Bad Request")
                 return
-            token = secrets.token_urlsafe(32)
+            forced = self.emulator.state.values["fault"].get("token")
+            token = str(forced or secrets.token_urlsafe(32))
             with self.emulator.cond:
                 st.tokens[token] = time.monotonic() + int(ttl)
             headers = {"Content-Type": "text/plain", "X-aws-ec2-metadata-token-ttl-seconds": ttl}
@@ -273,7 +303,8 @@ class _Handler(BaseHTTPRequestHandler):
             return f"{em.state.etags.get(name, 0) + 1:016x}"
 
         with em.cond:
-            if query.get("wait_for_change") == "true":
+            ignores = bool(em.state.values["fault"].get("no_wait"))  # answers at once
+            if query.get("wait_for_change") == "true" and not ignores:
                 last = query.get("last_etag", "")
                 timeout = float(query.get("timeout_sec") or 3600)
                 if last != "0":
@@ -281,7 +312,10 @@ class _Handler(BaseHTTPRequestHandler):
                     seen = etag() if last == etag() or not last else last
                     em.cond.wait_for(lambda: etag() != seen, timeout)
             value, tag = str(em.state.values[name]), etag()
-        headers = {"Metadata-Flavor": "Google", "ETag": tag, "Content-Type": "application/text"}
+        forced = em.state.values["fault"].get("etag")
+        headers = {"Metadata-Flavor": "Google", "Content-Type": "application/text"}
+        if forced != "":
+            headers["ETag"] = tag if forced is None else str(forced)
         self._send(200, value.encode(), headers)
 
     # --- Azure ----------------------------------------------------------------------------
@@ -291,8 +325,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, json.dumps(bad).encode(), {"Content-Type": "application/json"})
             return
         em, st = self.emulator, self.emulator.state
+        fault = st.values["fault"]
         if path == AZURE_NAME:
+            if fault.get("name_status"):
+                self._send(int(fault["name_status"]), b"fault\n")
+                return
             self._send(200, str(st.values["azure.name"]).encode(), {"Content-Type": "text/plain"})
+            return
+        if method == "POST" and fault.get("approve_status"):
+            self._send(int(fault["approve_status"]), b'{"error": "fault"}')
             return
         if method == "POST":
             self._approve(body)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from xce_agent import membership as ms
-from xce_agent import single_agent, unused_signals
+from xce_agent import pending_notices, single_agent, unused_signals
 from xce_agent.cloud_notices import CloudNotices
 from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
@@ -44,11 +44,13 @@ from xce_agent.state import (
 from xce_agent.status_line import status_line
 from xce_agent.supervision import cgroups
 from xce_agent.supervision import machine as m
-from xce_agent.supervision.identity import ProcessIdentity, boot_id, start_ticks
+from xce_agent.supervision.boot import boot_id
+from xce_agent.supervision.identity import ProcessIdentity, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
 from xce_protocol.notices import Notice, NoticeKind, NoticeState
+from xce_protocol.protocol import printable
 
 if TYPE_CHECKING:
     from xce_agent.controller_client import ControllerClient
@@ -98,7 +100,7 @@ class Agent:
             self.stored.worker_secret or None if self.stored else None,
         )
         if runner is None:
-            self.containment = containment or cgroups.detect()
+            self.containment = containment or cgroups.detect(config.state_directory.resolve())
             runner = HandoffRunner(
                 self.handoff,
                 ms.JOIN_FIRST_ROLES,
@@ -191,6 +193,11 @@ class Agent:
         self._runner.cgroups = self.containment.tree
         level = logging.INFO if self.containment.tree else logging.WARNING
         log.log(level, "components are contained by %s", self.containment.description)
+        for name in self.supervisor.specs:
+            note = self.supervisor.limits_note(name)
+            if note:
+                level = logging.WARNING if "NOT enforced" in note else logging.INFO
+                log.log(level, "%s: limits %s", name, note)
 
     def _record_self(self, previous: AgentState | None) -> None:
         ticks = start_ticks(os.getpid())
@@ -212,6 +219,7 @@ class Agent:
             cgroup_root=str(tree.root) if tree else "",
             instance_id=self.config.instance.id,
             roles=self.config.roles,
+            notices=(),  # the watcher reads every item again
         )
         self._save()
 
@@ -363,6 +371,9 @@ class Agent:
             active = event.notice.state is NoticeState.ACTIVE
             self.metrics.notice(event.notice.event_id, active)
             self._update_metrics()
+            pending = pending_notices.update(self.state.notices, event.notice, time.time())
+            self.state = replace(self.state, notices=pending)
+            self._save()
         before = self.state.membership
         after, actions = ms.step(before, event, time.time())
         if after != before:
@@ -426,6 +437,12 @@ class Agent:
             self._notice_sender().send(action.notice)
         elif isinstance(action, ms.ApproveEvent):
             self.notices.approve(action.event_id)
+        elif isinstance(action, ms.EndStaleNotice):
+            ended = self.notices.stale_end(action.event_id, action.kind)
+            if ended is not None:
+                shown = printable(ended.event_id)[:80]
+                log.info("the controller acts on notice %s, which is over: ending it", shown)
+                self.handle(ms.Noticed(ended))  # told like an end the watcher saw
         elif isinstance(action, ms.AnnounceShutdown):
             from xce_agent.notice_sender import notice_payload
 

@@ -1,6 +1,7 @@
 """The `xce-agent` command: the only place where errors become messages and exit codes.
 
-Exit codes: 0 ok; 1 runtime failure; 2 usage; 3 `status` found no state; 78 (EX_CONFIG)
+Commands raise typed errors; the group (xce_protocol.exits) prints each as one line and exits
+with its code: 0 ok; 1 runtime failure; 2 usage; 3 `status` found no state; 78 (EX_CONFIG)
 config error, so a systemd unit with RestartPreventExitStatus=78 does not loop on it.
 """
 
@@ -16,11 +17,11 @@ import click
 
 from xce_agent import __version__
 from xce_agent.config import AgentConfig, config_path, load_config
-from xce_agent.errors import ConfigError, StateError
+from xce_agent.errors import ConfigError, NoState, UsageError
+from xce_protocol.exits import ErrorExits
 from xce_protocol.roles import KNOWN_ROLES
 
-EX_CONFIG = 78
-EX_NOSTATE = 3
+EX_CONFIG = ConfigError.exit_code
 
 config_option = click.option(
     "--config",
@@ -30,21 +31,11 @@ config_option = click.option(
 )
 
 
-def _fail_config(exc: ConfigError) -> None:
-    for problem in exc.problems:
-        click.echo(f"xce-agent: {problem}", err=True)
-    sys.exit(EX_CONFIG)
-
-
 def _load(config_file: str | None) -> AgentConfig:
-    try:
-        return load_config(config_path(config_file))
-    except ConfigError as exc:
-        _fail_config(exc)
-        raise  # unreachable: _fail_config exits
+    return load_config(config_path(config_file))
 
 
-@click.group()
+@click.group(cls=ErrorExits, name="xce-agent")
 @click.version_option(__version__, prog_name="xce-agent")
 def main() -> None:
     """Node agent of elastic XCE hosts: joins the controller, supervises the worker."""
@@ -75,36 +66,23 @@ def run(config_file: str | None) -> None:
     from xce_agent.agent import Agent
     from xce_agent.notify import SystemdNotifier
 
-    try:
-        code = Agent(config, SystemdNotifier()).run()
-    except StateError as exc:
-        click.echo(f"xce-agent: {exc}", err=True)
-        sys.exit(1)
-    except OSError as exc:  # e.g. a state directory the agent may not write
-        where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"xce-agent: {where}{exc.strerror or exc}", err=True)
-        sys.exit(1)
-    sys.exit(code)
+    sys.exit(Agent(config, SystemdNotifier()).run())
 
 
 @main.command()
 @config_option
-@click.option("--state-dir", type=click.Path(path_type=Path), help="Read state from here.")
+# No path_type: click 7 (Debian 11, the Python 3.9 distributions) does not have it.
+@click.option("--state-dir", type=click.Path(), help="Read state from here.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(config_file: str | None, state_dir: Path | None, as_json: bool) -> None:
+def status(config_file: str | None, state_dir: str | None, as_json: bool) -> None:
     """Show the agent's state: lifecycle, components, controller contact."""
     from xce_agent.state import StateStore
     from xce_agent.status_view import render_status
 
-    directory = state_dir or _load(config_file).state_directory
-    try:
-        state = StateStore(directory).read_only()
-    except StateError as exc:
-        click.echo(f"xce-agent: {exc}", err=True)
-        sys.exit(1)
+    directory = Path(state_dir) if state_dir else _load(config_file).state_directory
+    state = StateStore(directory).read_only()
     if state is None:
-        click.echo(f"xce-agent: no state in {directory}: the agent has not run here", err=True)
-        sys.exit(EX_NOSTATE)
+        raise NoState(f"no state in {directory}: the agent has not run here")
     from xce_agent.single_agent import live_agent
 
     live = live_agent(state.agent)
@@ -128,14 +106,9 @@ def stop(config_file: str | None, timeout: float, name: str | None) -> None:
     if name:
         _control(config_file, "stop", name, timeout)
         return
-    from xce_agent.stopping import StopFailed, stop_host
+    from xce_agent.stopping import stop_host
 
-    config = _load(config_file)
-    try:
-        click.echo(f"xce-agent: {stop_host(config, timeout)}")
-    except (StateError, TimeoutError, OSError, StopFailed) as exc:
-        click.echo(f"xce-agent: {exc}", err=True)
-        sys.exit(1)
+    click.echo(f"xce-agent: {stop_host(_load(config_file), timeout)}")
 
 
 @main.command()
@@ -173,14 +146,9 @@ def reload(config_file: str | None) -> None:
 
 
 def _control(config_file: str | None, command: str, name: str, timeout: float) -> None:
-    from xce_agent.operator_client import OperatorError, run_command
+    from xce_agent.operator_client import run_command
 
-    config = _load(config_file)
-    try:
-        click.echo(f"xce-agent: {run_command(config, command, name, timeout)}")
-    except OperatorError as exc:
-        click.echo(f"xce-agent: {exc}", err=True)
-        sys.exit(1)
+    click.echo(f"xce-agent: {run_command(_load(config_file), command, name, timeout)}")
 
 
 @main.command("sample-worker")
@@ -188,13 +156,7 @@ def sample_worker() -> None:
     """Stand-in for XCE's worker daemon (reads the template the agent hands it)."""
     from xce_agent.sample_worker import main as worker_main
 
-    try:
-        sys.exit(worker_main())
-    except KeyError as exc:
-        click.echo(
-            f"xce-agent sample-worker: {exc.args[0]} is not set: run it under the agent", err=True
-        )
-        sys.exit(2)
+    sys.exit(worker_main())
 
 
 @main.command()
@@ -277,28 +239,20 @@ def render_user_data(
     from xce_protocol.validation import parse_duration
 
     if not controller_url.startswith(("http://", "https://")):
-        click.echo(
-            f"xce-agent: --controller-url: expected an http:// or https:// URL, got "
-            f"{controller_url!r}",
-            err=True,
+        raise UsageError(
+            f"--controller-url: expected an http:// or https:// URL, got {controller_url!r}"
         )
-        sys.exit(2)
     from xce_agent.config import loopback_url
 
     if controller_url.startswith("http://") and not plain_http and not loopback_url(controller_url):
-        click.echo(
-            f"xce-agent: --controller-url: expected an https:// URL (http:// only to loopback, "
-            f"or with --plain-http), got {controller_url!r}",
-            err=True,
+        raise UsageError(
+            f"--controller-url: expected an https:// URL (http:// only to loopback, "
+            f"or with --plain-http), got {controller_url!r}"
         )
-        sys.exit(2)
     if join_deadline and (parse_duration(join_deadline) or 0) < 5:
-        click.echo(
-            f"xce-agent: --join-deadline: expected a duration of 5s or more (like 15m), got "
-            f"{join_deadline!r}",
-            err=True,
+        raise UsageError(
+            f"--join-deadline: expected a duration of 5s or more (like 15m), got {join_deadline!r}"
         )
-        sys.exit(2)
     action = on_join_timeout.strip()
     data = UserData(
         controller_url=controller_url.rstrip("/"),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xce_protocol.validation import Checker, describe, join_path
-from xce_protocol.yamlsource import LineDict
+from xce_protocol.yamlsource import LineDict, SourceError, read_regular_file
 
 PROVIDERS = ("aws", "gce", "azure")
 CHOICES = ("auto", *PROVIDERS, "none")
@@ -81,11 +81,12 @@ def parse_cloud(doc: LineDict, c: Checker, instance_data: Path) -> CloudConfig |
 def _cloud_name(instance_data: Path, c: Checker, line: int) -> str | None:
     expected = f"v1.cloud_name in cloud-init's {instance_data} (provider: auto)"
     try:
-        data = json.loads(instance_data.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_regular_file(instance_data, 16 * 1024 * 1024))
+    except (SourceError, ValueError, RecursionError) as exc:
         c.report("cloud.provider", expected, f"an unreadable file ({exc.__class__.__name__})", line)
         return None
-    name = data.get("v1", {}).get("cloud_name") if isinstance(data, dict) else None
+    v1 = data.get("v1") if isinstance(data, dict) else None
+    name = v1.get("cloud_name") if isinstance(v1, dict) else None
     if not isinstance(name, str) or not name:
         c.report("cloud.provider", expected, "no cloud_name in that file", line)
         return None

@@ -39,6 +39,7 @@ def component_records(
                 next_retry=retry,
                 tail=sup.tail(name),
                 note=RETIRING_NOTE if name in sup.retiring else sup.notes.get(name, ""),
+                limits=sup.limits_note(name),
             )
         )
     return tuple(records)

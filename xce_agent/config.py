@@ -289,10 +289,11 @@ def _instance_id_from_cloud_init(instance_data: Path, c: Checker, line: int) -> 
         return None
     try:
         data = json.loads(read_regular_file(instance_data, 16 * 1024 * 1024))
-    except (SourceError, ValueError) as exc:
+    except (SourceError, ValueError, RecursionError) as exc:
         c.report("instance.id", expected, f"an unreadable file ({exc.__class__.__name__})", line)
         return None
-    ident = data.get("v1", {}).get("instance_id") if isinstance(data, dict) else None
+    v1 = data.get("v1") if isinstance(data, dict) else None
+    ident = v1.get("instance_id") if isinstance(v1, dict) else None
     if not isinstance(ident, str) or not ident:
         c.report("instance.id", expected, "no instance_id in that file", line)
         return None

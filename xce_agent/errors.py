@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
-from xce_protocol.errors import ConfigError, XceError
+from xce_protocol.errors import ConfigError, UsageError, XceError
 
 AgentError = XceError
 
-__all__ = ["AgentError", "ConfigError", "StateError"]
+__all__ = [
+    "AgentError",
+    "ConfigError",
+    "NoState",
+    "StateError",
+    "StopTimedOut",
+    "UsageError",
+]
 
 
 class StateError(XceError):
     """The local state directory cannot be used."""
+
+
+class NoState(XceError):
+    """`status` found no state: the agent has not run here."""
+
+    exit_code = 3
+
+
+class StopTimedOut(XceError):
+    """The agent did not stop within the time `xce-agent stop` waits."""

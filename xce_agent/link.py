@@ -383,12 +383,18 @@ class ControllerLink:
         return value
 
     def _drained(self, body: dict[str, Any]) -> None:
-        """The controller says the host is drained for its notice: the platform may go ahead."""
+        """The notice the controller acts on, and whether the host is drained for it (then
+        the platform may go ahead)."""
         notice = body.get("notice")
-        if isinstance(notice, dict) and notice.get("drained") is True:
-            event_id = notice.get("event_id")
-            if isinstance(event_id, str) and event_id:
-                self.post(ms.NoticeDrained(event_id))
+        if not isinstance(notice, dict):
+            return
+        event_id, kind = notice.get("event_id"), notice.get("kind")
+        if not isinstance(event_id, str) or not event_id:
+            return
+        if isinstance(kind, str):
+            self.post(ms.NoticeHeld(event_id, kind))
+        if notice.get("drained") is True:
+            self.post(ms.NoticeDrained(event_id))
 
     def _template_doc(self, body: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -148,6 +148,14 @@ class NoticeDrained:
 
 
 @dataclass(frozen=True)
+class NoticeHeld:
+    """A controller answer says the host acts on the notice `event_id` of `kind`."""
+
+    event_id: str
+    kind: str
+
+
+@dataclass(frozen=True)
 class ShuttingDown:
     """systemd is taking the system down (SIGTERM while `is-system-running` is stopping)."""
 
@@ -171,6 +179,7 @@ Event = Union[
     LinkStalled,
     Noticed,
     NoticeDrained,
+    NoticeHeld,
     ShuttingDown,
     ShutdownAnnounced,
 ]
@@ -239,6 +248,14 @@ class ApproveEvent:
 
 
 @dataclass(frozen=True)
+class EndStaleNotice:
+    """End the controller's notice if the provider no longer announces it."""
+
+    event_id: str
+    kind: str
+
+
+@dataclass(frozen=True)
 class AnnounceShutdown:
     """Send the controller a shutdown notice and the final report, then ShutdownAnnounced."""
 
@@ -259,6 +276,7 @@ Action = Union[
     RelayNotice,
     SendNotice,
     ApproveEvent,
+    EndStaleNotice,
     AnnounceShutdown,
     StopForShutdown,
 ]
@@ -271,7 +289,7 @@ def step(state: MembershipState, event: Event, now: float) -> Step:
         return _boot(state, event, now)
     if isinstance(event, LinkStalled):
         return replace(state, link_warning=event.detail), ()
-    if isinstance(event, (Noticed, NoticeDrained, ShuttingDown, ShutdownAnnounced)):
+    if isinstance(event, (Noticed, NoticeDrained, NoticeHeld, ShuttingDown, ShutdownAnnounced)):
         return state, _notice_actions(state, event)
     if state.decommissioned:
         return _decommissioned(state, event)
@@ -305,7 +323,8 @@ def step(state: MembershipState, event: Event, now: float) -> Step:
 
 
 def _notice_actions(
-    state: MembershipState, event: Noticed | NoticeDrained | ShuttingDown | ShutdownAnnounced
+    state: MembershipState,
+    event: Noticed | NoticeDrained | NoticeHeld | ShuttingDown | ShutdownAnnounced,
 ) -> tuple[Action, ...]:
     """A decommissioned host has nothing to tell the controller, nor a worker to warn."""
     member = state.standing is not Standing.NOT_CONFIGURED and not state.decommissioned
@@ -315,6 +334,8 @@ def _notice_actions(
         return (RelayNotice(event.notice),) + ((SendNotice(event.notice),) if member else ())
     if isinstance(event, NoticeDrained):
         return (ApproveEvent(event.event_id),) if member else ()
+    if isinstance(event, NoticeHeld):
+        return (EndStaleNotice(event.event_id, event.kind),) if member else ()
     if isinstance(event, ShuttingDown):
         # The controller hears it first, so it requeues this host's jobs at once rather
         # than a host-loss grace after the instance is gone.

@@ -2,7 +2,8 @@
 
 A notice is worth most before its deadline, so it is retried with the link's backoff while
 the controller is unreachable, until accepted, refused (a 4xx: it would be refused again),
-or `GIVE_UP` has passed. Active and ended notices of one event arrive in the order seen.
+or `GIVE_UP` and its deadline (up to a day ahead) have passed. Active and ended notices of
+one event arrive in the order seen.
 """
 
 from __future__ import annotations
@@ -17,11 +18,21 @@ from typing import Any
 
 from xce_agent.link import Client, retry_delay
 from xce_protocol.notices import Notice
-from xce_protocol.protocol import PROTOCOL, Outcome
+from xce_protocol.protocol import PROTOCOL, Answer, Outcome
 
 log = logging.getLogger(__name__)
 
 GIVE_UP = 300.0
+MAX_RETRY = 86400.0  # a deadline days ahead (scheduled maintenance) is retried for a day
+
+
+def retry_for(notice: Notice, now: float) -> float:
+    """How long to keep relaying a notice the controller cannot take yet: at least GIVE_UP,
+    and until its deadline (up to a day), so a maintenance announced an hour ahead is not
+    dropped by a controller outage of a few minutes."""
+    if notice.deadline is None:
+        return GIVE_UP
+    return min(MAX_RETRY, max(GIVE_UP, notice.deadline - now))
 
 
 def notice_payload(notice: Notice, instance_id: str) -> dict[str, Any]:
@@ -64,6 +75,7 @@ class NoticeSender:
     def _deliver(self, notice: Notice) -> None:
         payload = notice_payload(notice, self.instance_id)
         started = time.monotonic()
+        limit = retry_for(notice, time.time())
         attempt = 0
         while not self.stopped.is_set():
             answer = self.client.notice(payload)
@@ -75,16 +87,28 @@ class NoticeSender:
                     answer.detail,
                 )
                 return
-            # Before the join the controller does not know this host yet: that passes.
-            joining = answer.outcome is Outcome.REFUSED and "unknown_host" in answer.detail
+            joining = answer.outcome is Outcome.REFUSED and _not_joined(answer)
             final = (Outcome.REFUSED, Outcome.DECOMMISSIONED, Outcome.INCOMPATIBLE)
             if answer.outcome in final and not joining:
                 log.warning(
                     "controller refused the %s notice: %s", notice.kind.value, answer.detail
                 )
                 return
-            if time.monotonic() - started > GIVE_UP:
+            if time.monotonic() - started > limit:
                 log.warning("gave up relaying the %s notice: %s", notice.kind.value, answer.detail)
                 return
             self.stopped.wait(retry_delay(attempt, self.rand(), self.cap, answer.retry_after))
             attempt += 1
+
+
+# Refusals that pass once the host has joined: the controller does not know the host yet, the
+# agent holds no host credential yet (a notice read at boot, before the join's answer), or one
+# the controller forgot (the agent is joining again). The notice is sent again after them.
+NOT_JOINED = ("unknown_host", "unknown_credential", "unauthorized")
+
+
+def _not_joined(answer: Answer) -> bool:
+    kind = answer.body.get("error")
+    if isinstance(kind, str):
+        return kind in NOT_JOINED
+    return any(f" {k}" in answer.detail for k in NOT_JOINED)

@@ -13,11 +13,12 @@ from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, request
 from xce_agent.errors import StateError
 from xce_agent.state import ComponentRecord, StateStore
+from xce_protocol.errors import XceError
 
 _DOWN = ("stopped", "exited", "fatal", "held")
 
 
-class OperatorError(Exception):
+class OperatorError(XceError):
     """The command failed or did not take effect; the message says why, in one line."""
 
 

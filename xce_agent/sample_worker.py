@@ -30,6 +30,7 @@ from typing import Any
 import requests
 
 from xce_agent.bounded_http import MAX_BODY, parse_json
+from xce_protocol.errors import UsageError, XceError
 from xce_protocol.protocol import Identity, Outcome, classify
 
 DECOMMISSIONED_EXIT = 100  # documented: "my rejoin was refused: decommissioned"
@@ -69,6 +70,18 @@ def not_dumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
+class Decommissioned(XceError):
+    """The controller refused this worker's host as decommissioned: the worker is done."""
+
+    exit_code = DECOMMISSIONED_EXIT
+
+
+class CredentialRefused(XceError):
+    """The controller no longer knows this worker's credential (the agent joined again)."""
+
+    exit_code = CREDENTIAL_EXIT
+
+
 @dataclass
 class Running:
     proc: subprocess.Popen[bytes]
@@ -77,6 +90,11 @@ class Running:
 
 class SampleWorker:
     def __init__(self, env: dict[str, str]) -> None:
+        missing = [
+            k for k in ("XCE_TEMPLATE_FILE", "XCE_HOST_NAME", "XCE_CONTROLLER_URL") if k not in env
+        ]
+        if missing:
+            raise UsageError(f"{missing[0]} is not set: run the sample worker under the agent")
         with open(env["XCE_TEMPLATE_FILE"]) as handle:
             doc = json.load(handle)
         self.slots = int(doc["template"]["slots"])
@@ -105,8 +123,8 @@ class SampleWorker:
 
     def join(self) -> bool:
         """Check in (a watch that returns at once; the agent did the join): True when the
-        controller takes this host; exits DECOMMISSIONED_EXIT when refused as decommissioned,
-        CREDENTIAL_EXIT when the controller does not know its credential any more."""
+        controller takes this host; raises Decommissioned when refused as decommissioned,
+        CredentialRefused when the controller does not know its credential any more."""
         params: dict[str, str | int | float] = {
             "since": 0,
             "timeout": 0,
@@ -129,16 +147,14 @@ class SampleWorker:
 
     def _check_refusal(self, status: int, body: Any) -> None:
         if status == 401 and isinstance(body, dict) and body.get("error") == "unknown_credential":
-            log.warning("credential refused: the agent joined again; exiting for a restart")
             self.kill_all()
-            sys.exit(CREDENTIAL_EXIT)
+            raise CredentialRefused("credential refused: the agent joined again; restart me")
         if status != 410:
             return
         answer = classify(status, body, Identity(self.host, self.instance))
         if answer.outcome is Outcome.DECOMMISSIONED:
-            log.warning("rejoin refused: %s", answer.body.get("message"))
             self.kill_all()
-            sys.exit(DECOMMISSIONED_EXIT)
+            raise Decommissioned(f"rejoin refused: {answer.body.get('message')}")
 
     def step(self) -> None:
         """One watch; the next one starts no sooner than MIN_WATCH_GAP after this one did."""

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from xce_agent.errors import StateError
 from xce_agent.state import AgentRecord, AgentState
-from xce_agent.supervision.identity import CLOCK_TICKS, same_boot, same_process
+from xce_agent.supervision.boot import same_boot
+from xce_agent.supervision.identity import CLOCK_TICKS, same_process
 
 
 class AlreadyRunning(StateError):

@@ -16,8 +16,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from xce_agent import pending_notices
 from xce_agent.errors import StateError
 from xce_agent.membership import MembershipState, Standing
+from xce_agent.pending_notices import PendingNotice
 from xce_protocol.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ class ComponentRecord:
     tail: tuple[str, ...] = ()  # the last lines of its output
     note: str = ""  # e.g. "restarting: its configured command changed"
     code: str = ""  # the reason's code (xce_protocol.reasons)
+    limits: str = ""  # how its limits are enforced (or that they are not)
 
 
 class Lifecycle(str, enum.Enum):
@@ -105,6 +108,7 @@ class AgentState:
     updated_at: float = 0.0
     containment: str = ""  # how components are contained: a cgroup, or process groups and why
     cgroup_root: str = ""  # the agent's delegated cgroup, when it has one
+    notices: tuple[PendingNotice, ...] = ()  # the provider's notices pending (status shows them)
 
     def component(self, name: str) -> ComponentRecord | None:
         return next((c for c in self.components if c.name == name), None)
@@ -127,6 +131,7 @@ class AgentState:
             # Beside the records, not in them: an older agent reading this file (a downgrade)
             # would take an unknown field in a record for a corrupt state.
             "codes": {c.name: c.code for c in self.components if c.code},
+            "limits": {c.name: c.limits for c in self.components if c.limits},
             "controller": {
                 "state": m.standing.value,
                 "since": m.since,
@@ -141,6 +146,7 @@ class AgentState:
             "updated_at": self.updated_at,
             "containment": self.containment,
             "cgroup_root": self.cgroup_root,
+            "notices": [n.to_json() for n in self.notices],
         }
 
     @classmethod
@@ -151,9 +157,13 @@ class AgentState:
         try:
             agent = AgentRecord(**data["agent"]) if data.get("agent") else None
             tomb = Tombstone(**data["tombstone"]) if data.get("tombstone") else None
-            codes = data.get("codes") or {}
+            codes, limits = data.get("codes") or {}, data.get("limits") or {}
             comps = tuple(
-                replace(_component(c), code=str(codes.get(c.get("name"), "")))
+                replace(
+                    _component(c),
+                    code=str(codes.get(c.get("name"), "")),
+                    limits=str(limits.get(c.get("name"), "")),
+                )
                 for c in data.get("components", [])
             )
             return cls(
@@ -166,6 +176,7 @@ class AgentState:
                 updated_at=float(data.get("updated_at", 0.0)),
                 containment=str(data.get("containment", "")),
                 cgroup_root=str(data.get("cgroup_root", "")),
+                notices=pending_notices.from_json(data.get("notices")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None
@@ -174,6 +185,7 @@ class AgentState:
 def _component_json(record: ComponentRecord) -> dict[str, Any]:
     data = asdict(record)
     data.pop("code")
+    data.pop("limits")
     return data
 
 

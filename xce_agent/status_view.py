@@ -1,7 +1,9 @@
 """`xce-agent status` for a person: what runs, since when, and how the controller sees us.
 
-When the agent is not running the state file is stale: it says so, and each component the
-file calls running is checked against its recorded identity (running unsupervised, or gone).
+A pending cloud notice is shown with when the platform acts (an absolute time) and since when
+the agent knows of it. When the agent is not running the state file is stale: it says so, and
+each component the file calls running is checked against its recorded identity (running
+unsupervised, or gone).
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import time
 
 from xce_agent.credential import HostCredential
 from xce_agent.membership import standing_code
+from xce_agent.pending_notices import PendingNotice
 from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.status_line import status_line
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
+from xce_agent.supervision.machine import Phase
+from xce_protocol.protocol import printable
 
 TAIL_LINES = 5
 
@@ -47,11 +52,32 @@ def _last_exit(last_exit: str | None, reason: str, phase: str, code: str = "") -
     with the reason's code."""
     last = last_exit or "-"
     tag = f" [{code}]" if code else ""
-    if not reason or phase not in ("fatal", "backoff", "held"):
+    if not reason or phase not in (Phase.FATAL, Phase.BACKOFF, Phase.HELD):
         return last + (tag if last_exit else "")
     if last_exit and reason.startswith(last_exit):
         return reason + tag
     return f"{last}; {reason}{tag}"
+
+
+def _in(then: float, now: float) -> str:
+    """`2026-12-01 10:22:00 (in 1m58s)`: an absolute time, and how far off it is."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(then))
+    seconds = int(then - now)
+    if seconds < 0:
+        return f"{stamp} ({_uptime(now + seconds, now)} ago)"
+    return f"{stamp} (in {_uptime(now - seconds, now)})"
+
+
+def _notice_line(notice: PendingNotice, now: float) -> str:
+    """`notice:      preemption (aws aws-spot): platform acts at ..., seen since ...`."""
+    kind = notice.kind + (f" ({notice.impact})" if notice.kind == "maintenance" else "")
+    when = (
+        "the platform names no time"
+        if notice.deadline is None
+        else f"platform acts at {_in(notice.deadline, now)}"
+    )
+    event = printable(f"{notice.provider} {notice.event_id}")[:80]
+    return f"notice:      {kind} [{event}]: {when}, seen since {_ago(notice.since, now)}"
 
 
 def _phase(comp: ComponentRecord, live: bool) -> str:
@@ -96,6 +122,7 @@ def render_status(
         lines.append(f"retry-after: waiting until {_ago(member.retry_until, now)}")
     if member.link_warning:
         lines.append(f"link:        {member.link_warning}")
+    lines.extend(_notice_line(n, now) for n in state.notices)
     if state.tombstone:
         tomb = state.tombstone
         lines.append(
@@ -121,6 +148,8 @@ def render_status(
             lines.append(f"  next retry at {stamp}")
         if comp.note:
             lines.append(f"  note: {comp.note}")
+        if comp.limits:
+            lines.append(f"  limits: {comp.limits}")
         for line in comp.tail[-TAIL_LINES:]:
             lines.append(f"  | {line}")
     return "\n".join(lines)

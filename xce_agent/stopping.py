@@ -21,12 +21,16 @@ from pathlib import Path
 
 from xce_agent import single_agent
 from xce_agent.config import AgentConfig
+from xce_agent.errors import StopTimedOut
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
-from xce_agent.supervision.cgroups import CgroupTree
+from xce_agent.supervision import scopes
+from xce_agent.supervision.cgroups import CgroupTree, cgroup2_mount
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
+from xce_agent.supervision.machine import Phase
+from xce_protocol.errors import XceError
 
 
-class StopFailed(Exception):
+class StopFailed(XceError):
     """Something still runs after `xce-agent stop`; the message says what."""
 
 
@@ -36,7 +40,7 @@ def _wait_gone(pidfd: int, timeout: float) -> bool:
 
 
 def stop_host(config: AgentConfig, timeout: float) -> str:
-    """What happened, as one line; TimeoutError or StopFailed when not everything stopped."""
+    """What happened, as one line; StopTimedOut or StopFailed when not everything stopped."""
     store = StateStore(config.state_directory)
     state = store.read_only()
     if state is None:
@@ -45,7 +49,8 @@ def stop_host(config: AgentConfig, timeout: float) -> str:
     if agent is not None and single_agent.live_agent(agent):
         _ask_agent(agent.pid, timeout)
         after = store.read_only() or state
-        if after.lifecycle is Lifecycle.STOPPED and not _still_running(after):
+        tree = _tree(after, config.state_directory)
+        if after.lifecycle is Lifecycle.STOPPED and not _still_running(after, tree):
             return "components stopped, agent exited"
         left = _stop_leftovers(config, store, after)
         return f"the agent exited before stopping everything; {left}"
@@ -57,7 +62,7 @@ def _ask_agent(pid: int, timeout: float) -> None:
     try:
         os.kill(pid, signal.SIGUSR2)
         if not _wait_gone(pidfd, timeout):
-            raise TimeoutError(f"the agent (pid {pid}) did not stop within {timeout:g}s")
+            raise StopTimedOut(f"the agent (pid {pid}) did not stop within {timeout:g}s")
     finally:
         os.close(pidfd)
 
@@ -67,13 +72,22 @@ def _identity(record: ComponentRecord) -> ProcessIdentity | None:
     return identity if identity is not None and not mismatch(identity) else None
 
 
-def _tree(state: AgentState) -> CgroupTree | None:
-    root = Path(state.cgroup_root) if state.cgroup_root else None
-    return CgroupTree(root) if root is not None and root.is_dir() else None
+def _tree(state: AgentState, state_directory: Path) -> CgroupTree | None:
+    """The agent's cgroup (one of the cgroup2 hierarchy: the record names it, and a path
+    outside the hierarchy is ignored) with the scopes derived from the state directory."""
+    mount = cgroup2_mount()
+    if mount is None:
+        return None
+    root = Path(os.path.normpath(state.cgroup_root)) if state.cgroup_root else None
+    if root is None or mount not in root.parents or not root.is_dir():
+        root = mount / scopes.SLICE / "-"  # no delegated cgroup: its leaves never exist
+    found = scopes.for_cleanup(mount, state_directory.resolve())
+    if found is None and not root.is_dir():
+        return None
+    return CgroupTree(root, scopes=found, mount=mount)
 
 
-def _still_running(state: AgentState) -> list[str]:
-    tree = _tree(state)
+def _still_running(state: AgentState, tree: CgroupTree | None) -> list[str]:
     names = [c.name for c in state.components if _identity(c) is not None]
     names += [n for n in (tree.names() if tree else ()) if tree and tree.populated(n)]
     return sorted(set(names))
@@ -86,11 +100,14 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
         raise StopFailed("an agent holds the state directory but is not recorded") from None
     try:
         specs = {c.name: c for c in config.components}
-        tree = _tree(state)
+        tree = _tree(state, config.state_directory)
         stopped = []
         for record in state.components:
             identity = _identity(record)
             spec = specs.get(record.name)
+            if identity is not None and tree is not None and tree.root.is_dir():
+                # With cgroups a recorded process is signalled only in its component's cgroup.
+                identity = identity if tree.contains(record.name, identity.pid) else None
             if identity is not None:
                 signum = spec.stop_signal if spec else identity.stop_signal
                 wait = spec.stop_timeout if spec else identity.stop_timeout
@@ -105,7 +122,7 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
                 stopped.append(name)
         left = _wait_all_gone(state, tree, 5.0)
         comps = tuple(
-            replace(c, phase="stopped", pid=None, identity=None, since=time.time())
+            replace(c, phase=Phase.STOPPED.value, pid=None, identity=None, since=time.time())
             if c.name in stopped and c.name not in left
             else c
             for c in state.components
@@ -124,7 +141,7 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
 def _wait_all_gone(state: AgentState, tree: CgroupTree | None, timeout: float) -> list[str]:
     deadline = time.monotonic() + timeout
     while True:
-        left = _still_running(state)
+        left = _still_running(state, tree)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.02)

@@ -1,11 +1,16 @@
-"""The controller's REST API, version 1 (`/v1`). See docs/protocol.md and docs/openapi.json."""
+"""The controller's REST API, version 1 (`/v1`). See docs/protocol.md and docs/openapi.json.
+
+Parameters are declared as defaults (`= HOST_CREDENTIAL`), not with Annotated, and the
+lifespan goes on the router where FastAPI takes none: Debian 12's FastAPI 0.92 has neither.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hmac
+import inspect
 from collections.abc import AsyncIterator
-from typing import Annotated, Any, Optional
+from typing import Any, Optional
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +24,8 @@ from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.codec import host_to_json, job_to_json
 from xce_controller.limits import BodyLimit
-from xce_controller.model import TERMINAL, Host, Job
+from xce_controller.model import TERMINAL, AdminAction, Host, HostState, Job, JobEvent
+from xce_controller.pydantic_versions import dump
 from xce_controller.schemas import (
     ControlBody,
     DecommissionBody,
@@ -98,7 +104,15 @@ def _same(token: str, secret: str) -> bool:
     return bool(token) and bool(secret) and hmac.compare_digest(token.encode(), secret.encode())
 
 
-def _admin(request: Request, creds: Annotated[Bearer, Depends(ADMIN)]) -> str:
+ADMIN_BEARER = Depends(ADMIN)
+PROVISIONER_BEARER = Depends(PROVISIONER)
+READ_BEARER = Depends(READ)
+JOIN_BEARER = Depends(JOIN)
+HOST_CREDENTIAL = Depends(HOST)
+WORKER_CREDENTIAL = Depends(WORKER)
+
+
+def _admin(request: Request, creds: Bearer = ADMIN_BEARER) -> str:
     cfg = request.app.state.controller.cfg
     token = _token(creds)
     if _same(token, cfg.admin_token):
@@ -119,8 +133,8 @@ def _reads(request: Request, token: str) -> bool:
 
 def _provisioner(
     request: Request,
-    creds: Annotated[Bearer, Depends(PROVISIONER)],
-    admin: Annotated[Bearer, Depends(ADMIN)],
+    creds: Bearer = PROVISIONER_BEARER,
+    admin: Bearer = ADMIN_BEARER,
 ) -> str:
     cfg = request.app.state.controller.cfg
     token = _token(creds)
@@ -135,8 +149,8 @@ def _provisioner(
 
 def _viewer(
     request: Request,
-    admin: Annotated[Bearer, Depends(ADMIN)],
-    read: Annotated[Bearer, Depends(READ)],
+    admin: Bearer = ADMIN_BEARER,
+    read: Bearer = READ_BEARER,
 ) -> str:
     """The admin or read-only token, as a bearer or the status page's cookie."""
     token = _token(admin)
@@ -146,10 +160,13 @@ def _viewer(
     return "admin" if _same(token, ctl.cfg.admin_token) else "reader"
 
 
-Admin = Annotated[str, Depends(_admin)]
-Provisioner = Annotated[str, Depends(_provisioner)]
-HostBearer = Annotated[Bearer, Depends(HOST)]
-WorkerBearer = Annotated[Bearer, Depends(WORKER)]
+ADMIN_ROLE = Depends(_admin)
+PROVISIONER_ROLE = Depends(_provisioner)
+SINCE = Query(0, ge=0)
+WATCH_TIMEOUT = Query(30.0, ge=0, le=300)
+INSTANCE_ID = Query("", max_length=253)
+LEASE_HOST = Query(..., min_length=1, max_length=253)
+LEASE_SESSION = Query(..., min_length=1, max_length=64)
 
 
 def _peer(request: Request) -> str:
@@ -164,15 +181,27 @@ def _allowed(app: FastAPI, path: str) -> list[str]:
     return sorted(methods)
 
 
-def create_app(ctl: Controller) -> FastAPI:
+def _with_lifespan(ctl: Controller, **options: Any) -> FastAPI:
+    """The app, starting the controller's timers with the server. Debian 12's FastAPI 0.92
+    takes no lifespan (and its Starlette deprecates startup handlers): there the lifespan goes
+    on the app's router, which is where FastAPI's newer releases put it too."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         ctl.start()
         yield
         await ctl.stop()
 
-    app = FastAPI(
-        lifespan=lifespan,
+    if "lifespan" in inspect.signature(FastAPI.__init__).parameters:
+        return FastAPI(lifespan=lifespan, **options)
+    app = FastAPI(**options)
+    app.router.lifespan_context = lifespan
+    return app
+
+
+def create_app(ctl: Controller) -> FastAPI:
+    app = _with_lifespan(
+        ctl,
         title="XCE reference controller",
         version=PROTOCOL,
         description="Elastic-host lifecycle: expected hosts, joins, drain, decommission.",
@@ -287,7 +316,7 @@ def create_app(ctl: Controller) -> FastAPI:
             "protocol": PROTOCOL,
             "heartbeat_interval": ctl.cfg.heartbeat_interval,
             "host_loss_grace": ctl.cfg.host_loss_grace,
-            "unmatched_joins": ctl.cfg.unmatched_joins,
+            "unmatched_joins": ctl.cfg.unmatched_joins.value,
             "templates": sorted(ctl.cfg.templates),
         }
 
@@ -295,8 +324,8 @@ def create_app(ctl: Controller) -> FastAPI:
     async def join(
         request: Request,
         body: JoinBody,
-        token: Annotated[Bearer, Depends(JOIN)],
-        credential: HostBearer,
+        token: Bearer = JOIN_BEARER,
+        credential: Bearer = HOST_CREDENTIAL,
     ) -> dict[str, Any]:
         req = lc.JoinRequest(
             name=body.host,
@@ -325,7 +354,7 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/join-timeout", response_model=GaveUpAnswer, responses=ERRORS)
     async def join_timeout(
-        request: Request, body: GaveUpBody, token: Annotated[Bearer, Depends(JOIN)]
+        request: Request, body: GaveUpBody, token: Bearer = JOIN_BEARER
     ) -> dict[str, Any]:
         req = lc.JoinRequest(
             name=body.host, instance_id=body.instance_id, token=_token(token), peer=_peer(request)
@@ -342,9 +371,9 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/hosts/{name}/heartbeat", response_model=HostAnswer, responses=ERRORS)
     async def heartbeat(
-        request: Request, name: str, body: HeartbeatBody, credential: HostBearer
+        request: Request, name: str, body: HeartbeatBody, credential: Bearer = HOST_CREDENTIAL
     ) -> dict[str, Any]:
-        report = body.model_dump(exclude={"renew"})
+        report = dump(body, exclude={"renew"})
         try:
             host = ctl.agent_host(name, body.instance_id, _token(credential), _peer(request))
         except lc.Refused as refused:
@@ -360,11 +389,11 @@ def create_app(ctl: Controller) -> FastAPI:
 
     @app.post("/v1/hosts/{name}/notice", response_model=HostAnswer, responses=ERRORS)
     async def notice(
-        request: Request, name: str, body: NoticeBody, credential: HostBearer
+        request: Request, name: str, body: NoticeBody, credential: Bearer = HOST_CREDENTIAL
     ) -> dict[str, Any]:
         host = ctl.agent_host(name, body.instance_id, _token(credential), _peer(request))
         try:
-            received = notice_from_wire(body.model_dump(exclude={"protocol", "instance_id"}))
+            received = notice_from_wire(dump(body, exclude={"protocol", "instance_id"}))
         except BadNotice as exc:
             raise lc.Refused("bad_request", 422, str(exc)) from None
         return answer(ctl.notice(host, received))
@@ -373,11 +402,11 @@ def create_app(ctl: Controller) -> FastAPI:
     async def watch(
         request: Request,
         name: str,
-        credential: HostBearer,
-        worker: WorkerBearer,
-        since: Annotated[int, Query(ge=0)] = 0,
-        timeout: Annotated[float, Query(ge=0, le=300)] = 30.0,
-        instance_id: Annotated[str, Query(max_length=253)] = "",
+        since: int = SINCE,
+        timeout: float = WATCH_TIMEOUT,
+        instance_id: str = INSTANCE_ID,
+        credential: Bearer = HOST_CREDENTIAL,
+        worker: Bearer = WORKER_CREDENTIAL,
     ) -> dict[str, Any]:
         host = ctl.agent_host(name, instance_id, _token(credential), _peer(request), True)
         host = await ctl.watch(host, since, timeout)
@@ -393,20 +422,21 @@ def create_app(ctl: Controller) -> FastAPI:
         job_id: int,
         event: str,
         body: JobReportBody,
-        credential: HostBearer,
-        worker: WorkerBearer,
+        credential: Bearer = HOST_CREDENTIAL,
+        worker: Bearer = WORKER_CREDENTIAL,
     ) -> dict[str, Any]:
         host = ctl.agent_host(name, "", _token(credential), _peer(request), True)
-        if event not in ("started", "finished"):
+        if event not in {e.value for e in JobEvent}:
             raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
+        report = JobEvent(event)
         ctl.commit(
-            jobmodel.job_report(ctl.cluster, ctl.clock(), host, job_id, event, body.exit_code)
+            jobmodel.job_report(ctl.cluster, ctl.clock(), host, job_id, report, body.exit_code)
         )
         return job(ctl.cluster.jobs[job_id])
 
     @app.post("/v1/leases/{lease}", response_model=LeaseAnswer, responses=ERRORS)
     async def acquire_lease(
-        request: Request, lease: str, body: LeaseBody, credential: HostBearer
+        request: Request, lease: str, body: LeaseBody, credential: Bearer = HOST_CREDENTIAL
     ) -> dict[str, Any]:
         host = ctl.agent_host(body.host, "", _token(credential), _peer(request))
         held = ctl.leases.acquire(lease, host.name, body.session, body.ttl)
@@ -416,20 +446,20 @@ def create_app(ctl: Controller) -> FastAPI:
     async def release_lease(
         request: Request,
         lease: str,
-        credential: HostBearer,
-        host: Annotated[str, Query(min_length=1, max_length=253)],
-        session: Annotated[str, Query(min_length=1, max_length=64)],
+        host: str = LEASE_HOST,
+        session: str = LEASE_SESSION,
+        credential: Bearer = HOST_CREDENTIAL,
     ) -> dict[str, Any]:
         speaker = ctl.agent_host(host, "", _token(credential), _peer(request))
         released = ctl.leases.release(lease, speaker.name, session)
         return {"protocol": PROTOCOL, **ctl.leases.describe(released)}
 
     @app.get("/v1/leases", response_model=list[LeaseAnswer], responses=ERRORS)
-    async def list_leases(by: Admin) -> list[dict[str, Any]]:
+    async def list_leases(by: str = ADMIN_ROLE) -> list[dict[str, Any]]:
         return [{"protocol": PROTOCOL, **le} for le in ctl.leases.listing()]
 
     @app.post("/v1/expected", response_model=ExpectAnswer, status_code=201, responses=ERRORS)
-    async def expect(body: ExpectBody, by: Provisioner) -> dict[str, Any]:
+    async def expect(body: ExpectBody, by: str = PROVISIONER_ROLE) -> dict[str, Any]:
         now = ctl.clock()
         deadline = now + body.deadline_in if body.deadline_in else None
         if body.join_token and body.mint_join_token:
@@ -456,42 +486,44 @@ def create_app(ctl: Controller) -> FastAPI:
         return {**detail(ctl.cluster.hosts[body.instance_id]), **minted}
 
     @app.get("/v1/expected", response_model=list[HostDetail], responses=ERRORS)
-    async def expected(by: Provisioner) -> list[dict[str, Any]]:
-        wanted = ("expected", "overdue")
-        return [detail(h) for h in ctl.cluster.hosts.values() if h.state.value in wanted]
+    async def expected(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
+        wanted = (HostState.EXPECTED, HostState.OVERDUE)
+        return [detail(h) for h in ctl.cluster.hosts.values() if h.state in wanted]
 
     @app.get("/v1/to-return", response_model=list[HostDetail], responses=ERRORS)
-    async def to_return(by: Provisioner) -> list[dict[str, Any]]:
+    async def to_return(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
         return [detail(h) for h in lc.to_return(ctl.cluster)]
 
     @app.post("/v1/to-return/{instance_id}/ack", response_model=HostDetail, responses=ERRORS)
-    async def ack(instance_id: str, by: Provisioner) -> dict[str, Any]:
+    async def ack(instance_id: str, by: str = PROVISIONER_ROLE) -> dict[str, Any]:
         ctl.commit(lc.ack_return(ctl.cluster, ctl.clock(), by, instance_id))
         return detail(ctl.cluster.hosts[instance_id])
 
     @app.get("/v1/hosts", response_model=list[HostDetail], responses=ERRORS)
-    async def hosts(by: Admin, all: bool = False) -> list[dict[str, Any]]:
-        hidden = () if all else ("decommissioned", "returned")
-        shown = [h for h in ctl.cluster.hosts.values() if h.state.value not in hidden]
+    async def hosts(all: bool = False, by: str = ADMIN_ROLE) -> list[dict[str, Any]]:
+        hidden = () if all else TERMINAL
+        shown = [h for h in ctl.cluster.hosts.values() if h.state not in hidden]
         return [detail(h) for h in sorted(shown, key=lambda h: h.name or h.key)]
 
     @app.get("/v1/hosts/{name}", response_model=HostDetail, responses=ERRORS)
-    async def host(name: str, by: Admin) -> dict[str, Any]:
+    async def host(name: str, by: str = ADMIN_ROLE) -> dict[str, Any]:
         return detail(ctl.find_host(name))
 
     @app.post("/v1/hosts/{name}/open", response_model=HostDetail, responses=ERRORS)
-    async def open_host(name: str, body: ControlBody, by: Admin) -> dict[str, Any]:
-        return detail(ctl.control(name, "open", "admin", why=body.reason))
+    async def open_host(name: str, body: ControlBody, by: str = ADMIN_ROLE) -> dict[str, Any]:
+        return detail(ctl.control(name, AdminAction.OPEN, "admin", why=body.reason))
 
     @app.post("/v1/hosts/{name}/close", response_model=HostDetail, responses=ERRORS)
-    async def close_host(name: str, body: ControlBody, by: Admin) -> dict[str, Any]:
-        return detail(ctl.control(name, "close", "admin", why=body.reason))
+    async def close_host(name: str, body: ControlBody, by: str = ADMIN_ROLE) -> dict[str, Any]:
+        return detail(ctl.control(name, AdminAction.CLOSE, "admin", why=body.reason))
 
     @app.post("/v1/hosts/{name}/decommission", response_model=HostDetail, responses=ERRORS)
-    async def decommission(name: str, body: DecommissionBody, by: Admin) -> dict[str, Any]:
+    async def decommission(
+        name: str, body: DecommissionBody, by: str = ADMIN_ROLE
+    ) -> dict[str, Any]:
         host = ctl.control(
             name,
-            "decommission",
+            AdminAction.DECOMMISSION,
             "admin",
             drain_timeout=body.drain_timeout,
             policy=body.policy,
@@ -500,7 +532,7 @@ def create_app(ctl: Controller) -> FastAPI:
         return detail(host)
 
     @app.post("/v1/jobs", response_model=JobBody, status_code=201, responses=ERRORS)
-    async def submit(body: SubmitBody, by: Admin) -> dict[str, Any]:
+    async def submit(body: SubmitBody, by: str = ADMIN_ROLE) -> dict[str, Any]:
         facts = jobmodel.submit(
             ctl.cluster, ctl.clock(), "admin", body.command, body.slots, body.host
         )
@@ -509,16 +541,16 @@ def create_app(ctl: Controller) -> FastAPI:
         return job(ctl.cluster.jobs[job_id])
 
     @app.get("/v1/jobs", response_model=list[JobBody], responses=ERRORS)
-    async def jobs(by: Admin) -> list[dict[str, Any]]:
+    async def jobs(by: str = ADMIN_ROLE) -> list[dict[str, Any]]:
         return [job(j) for j in sorted(ctl.cluster.jobs.values(), key=lambda j: j.id)]
 
     @app.post("/v1/jobs/{job_id}/cancel", response_model=JobBody, responses=ERRORS)
-    async def cancel(job_id: int, by: Admin) -> dict[str, Any]:
+    async def cancel(job_id: int, by: str = ADMIN_ROLE) -> dict[str, Any]:
         ctl.cancel(job_id, "admin")
         return job(ctl.cluster.jobs[job_id])
 
     @app.get("/v1/templates", response_model=list[TemplateUse], responses=ERRORS)
-    async def templates(by: Admin) -> list[dict[str, Any]]:
+    async def templates(by: str = ADMIN_ROLE) -> list[dict[str, Any]]:
         uses: dict[str, int] = {}
         for h in ctl.cluster.hosts.values():
             if h.state not in TERMINAL:

@@ -1,4 +1,8 @@
-"""`xce-controller`: serve the reference controller, print its OpenAPI, run the simulator."""
+"""`xce-controller`: serve the reference controller, print its OpenAPI, run the simulator.
+
+Commands raise typed errors; the group (xce_protocol.exits) prints each as one line and exits
+with its code: 1 runtime failure, 2 usage, 78 (EX_CONFIG) config error.
+"""
 
 from __future__ import annotations
 
@@ -16,21 +20,15 @@ from typing import Any
 import click
 
 from xce_controller.config import ClusterConfig, load_cluster_config
-from xce_protocol.errors import ConfigError
-
-EX_CONFIG = 78
+from xce_protocol.errors import ConfigError, UsageError, XceError
+from xce_protocol.exits import ErrorExits
 
 
 def _config(path: Path | None) -> ClusterConfig:
-    try:
-        return load_cluster_config(path)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(f"xce-controller: {problem}", err=True)
-        sys.exit(EX_CONFIG)
+    return load_cluster_config(path)
 
 
-@click.group()
+@click.group(cls=ErrorExits, name="xce-controller")
 def main() -> None:
     """Reference controller of the XCE elastic-host lifecycle."""
 
@@ -54,15 +52,14 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
     host, _, port_text = listen.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if not port_text.isdigit():
-        click.echo(f"xce-controller: --listen: expected HOST:PORT, got {listen!r}", err=True)
-        sys.exit(2)
+        raise UsageError(f"--listen: expected HOST:PORT, got {listen!r}")
     if not cfg.admin_token and not _loopback(host):
-        click.echo(
-            "xce-controller: auth.admin_token: expected a configured token when listening beyond "
-            f"loopback, got none (--listen {listen})",
-            err=True,
+        raise ConfigError(
+            [
+                "auth.admin_token: expected a configured token when listening beyond "
+                f"loopback, got none (--listen {listen})"
+            ]
         )
-        sys.exit(EX_CONFIG)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     step = f"cannot listen on {listen}"
     try:
@@ -79,14 +76,9 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
         step = f"cannot open the database {db}"
         server, controller = make_server(cfg, db, sock)
         controller.tune_gc = True
-    except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(f"xce-controller: {problem}", err=True)
-        sys.exit(EX_CONFIG)
     except (OSError, sqlite3.Error) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        click.echo(f"xce-controller: {step}: {why}", err=True)
-        sys.exit(1)
+        raise XceError(f"{step}: {why}") from exc
     port = sock.getsockname()[1]
     if port_file:
         port_file.write_text(f"{port}\n")
@@ -109,7 +101,11 @@ def run_loop(main: Any) -> None:
     except ImportError:
         asyncio.run(main)
         return
-    uvloop.run(main)
+    if hasattr(uvloop, "run"):
+        uvloop.run(main)
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # uvloop < 0.18 (Debian 12)
+    asyncio.run(main)
 
 
 def _loopback(host: str) -> bool:
@@ -166,18 +162,13 @@ def simulate(scenario: Path, csv_path: Path | None, plot_path: Path | None) -> N
     from xce_controller.sim_report import plot
     from xce_controller.simulate import run_scenario
 
-    try:
-        spec = load_scenario(scenario)
-        if plot_path is not None:
-            import importlib.util
+    spec = load_scenario(scenario)
+    if plot_path is not None:
+        import importlib.util
 
-            if importlib.util.find_spec("matplotlib") is None:
-                raise ConfigError([f"--plot {plot_path}: expected matplotlib installed, got none"])
-        summary = run_scenario(spec, csv_path)
-        if plot_path is not None:
-            plot(summary, plot_path)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            click.echo(f"xce-controller: {problem}", err=True)
-        sys.exit(EX_CONFIG)
+        if importlib.util.find_spec("matplotlib") is None:
+            raise ConfigError([f"--plot {plot_path}: expected matplotlib installed, got none"])
+    summary = run_scenario(spec, csv_path)
+    if plot_path is not None:
+        plot(summary, plot_path)
     click.echo(summary.render())

@@ -58,7 +58,7 @@ def host_to_json(host: Host) -> dict[str, Any]:
         "reason": host.reason,
         "code": host.history[-1].code if host.history else "",
         "history": [
-            {"at": c.at, "state": c.state, "by": c.by, "why": c.why, "code": c.code}
+            {"at": c.at, "state": c.state.value, "by": c.by, "why": c.why, "code": c.code}
             for c in host.history
         ],
         "before_loss": host.before_loss,
@@ -107,7 +107,8 @@ def host_from_json(d: dict[str, Any]) -> Host:
         drain=drain,
         reason=d["reason"],
         history=tuple(
-            Change(c["at"], c["state"], c["by"], c["why"], c.get("code", "")) for c in d["history"]
+            Change(c["at"], HostState(c["state"]), c["by"], c["why"], c.get("code", ""))
+            for c in d["history"]
         ),
         before_loss=d.get("before_loss", ""),
         notice=notice_from_json(d.get("notice")),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xce_controller.model import DrainPolicy
+from xce_controller.model import DrainPolicy, UnmatchedJoins
 from xce_controller.notice_config import NoticeSettings, parse_notice_settings
 from xce_protocol import names
 from xce_protocol.errors import ConfigError
@@ -57,7 +57,7 @@ class ClusterConfig:
     host_loss_grace: float = 60.0
     agent_max_backoff: float = 30.0
     rejoin_allowance: float = 10.0
-    unmatched_joins: str = "accept"  # accept (with the default template) | refuse
+    unmatched_joins: UnmatchedJoins = UnmatchedJoins.ACCEPT
     admin_token: str = field(default="", repr=False)
     join_token: str = field(default="", repr=False)
     notices: NoticeSettings = field(default_factory=NoticeSettings)
@@ -122,7 +122,9 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     grace = c.duration(doc, "host_loss_grace", "", default=60.0, positive=True)
     backoff = c.duration(doc, "agent_max_restart_backoff", "", default=30.0)
     allowance = c.duration(doc, "rejoin_allowance", "", default=10.0)
-    unmatched = c.choice(doc, "unmatched_joins", "", ("accept", "refuse"), default="accept")
+    unmatched = c.choice(
+        doc, "unmatched_joins", "", [u.value for u in UnmatchedJoins], default="accept"
+    )
     notices = parse_notice_settings(doc, c)
     on_fatal = c.choice(doc, "on_worker_fatal", "", ("close", "replace"), default="close")
     admin, provisioner, join, read = _auth(doc, c)
@@ -145,7 +147,11 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
                 describe(doc.get("host_loss_grace", grace)),
                 c.line_of(doc, "host_loss_grace"),
             )
-    if templates is not None and unmatched == "accept" and "default" not in templates:
+    if (
+        templates is not None
+        and unmatched == UnmatchedJoins.ACCEPT.value
+        and "default" not in templates
+    ):
         c.report(
             "templates.default",
             "a default template (unmatched_joins is accept)",
@@ -166,7 +172,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
         nums[3],
         nums[4],
         nums[5],
-        unmatched,
+        UnmatchedJoins(unmatched),
         admin,
         join,
         notices,

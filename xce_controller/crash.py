@@ -14,7 +14,7 @@ from typing import Any
 
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig
-from xce_controller.model import Cluster, Fact, Host, HostState
+from xce_controller.model import AdminAction, Cluster, Fact, Host, HostState
 from xce_protocol.reasons import Reason
 
 WORKER_FATAL = "worker crash loop"  # the reason a host closed here starts with this
@@ -46,7 +46,8 @@ def on_report(
                 )
             )
         if cfg.on_worker_fatal == "replace":
-            drain = lc.control(cluster, cfg, now, lc.CONTROLLER, host, "decommission", why=why)
+            decommission = AdminAction.DECOMMISSION
+            drain = lc.control(cluster, cfg, now, lc.CONTROLLER, host, decommission, why=why)
             facts += [_recoded(f, Reason.WORKER_FATAL_REPLACED) for f in drain]
         return facts
     if ours and workers and all(c.get("state") == "running" for c in workers):

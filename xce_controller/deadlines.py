@@ -66,7 +66,7 @@ def host_due(
                     now,
                     CONTROLLER,
                     key=host.key,
-                    state="overdue",
+                    state=HostState.OVERDUE.value,
                     why="not joined by its deadline",
                     code=Reason.JOIN_DEADLINE_MISSED,
                 )
@@ -95,7 +95,7 @@ def host_due(
                 now,
                 CONTROLLER,
                 key=host.key,
-                state="lost",
+                state=HostState.LOST.value,
                 why=f"no heartbeat for {now - seen:.0f}s",
                 code=Reason.HEARTBEAT_LOST,
             ),
@@ -119,7 +119,7 @@ def _drain_due(cluster: Cluster, now: float, host: Host, deadline: float | None)
                 now,
                 CONTROLLER,
                 key=host.key,
-                state="decommissioned",
+                state=HostState.DECOMMISSIONED.value,
                 why=why,
                 code=Reason.DRAINED,
             )
@@ -135,7 +135,13 @@ def _drain_due(cluster: Cluster, now: float, host: Host, deadline: float | None)
     ]
     done = f"{why} (drain timed out after {host.drain.timeout:g}s: {host.drain.policy.value})"
     ended = fact(
-        "state", now, CONTROLLER, key=host.key, state="decommissioned", why=done, code=code
+        "state",
+        now,
+        CONTROLLER,
+        key=host.key,
+        state=HostState.DECOMMISSIONED.value,
+        why=done,
+        code=code,
     )
     return [*facts, ended]
 

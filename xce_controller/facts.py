@@ -34,7 +34,7 @@ def apply(cluster: Cluster, fact: Fact) -> set[str]:
 
 
 def _with_state(host: Host, state: HostState, fact: Fact, why: str) -> Host:
-    change = Change(fact.at, state.value, fact.by, why, str(fact.data.get("code", "")))
+    change = Change(fact.at, state, fact.by, why, str(fact.data.get("code", "")))
     return evolve(host, state=state, reason=why, history=(*host.history, change))
 
 

@@ -10,7 +10,17 @@ from collections.abc import Iterable
 
 from xce_controller.config import ClusterConfig
 from xce_controller.lifecycle import CONTROLLER, Refused, fact
-from xce_controller.model import ACTIVE_JOB, TERMINAL, Cluster, Fact, Host, HostState, Job, JobState
+from xce_controller.model import (
+    ACTIVE_JOB,
+    TERMINAL,
+    Cluster,
+    Fact,
+    Host,
+    HostState,
+    Job,
+    JobEvent,
+    JobState,
+)
 from xce_protocol.reasons import Reason
 
 
@@ -94,13 +104,18 @@ def cancel(cluster: Cluster, now: float, by: str, job_id: int) -> list[Fact]:
 
 
 def job_report(
-    cluster: Cluster, now: float, host: Host, job_id: int, event: str, exit_code: int | None = None
+    cluster: Cluster,
+    now: float,
+    host: Host,
+    job_id: int,
+    event: JobEvent,
+    exit_code: int | None = None,
 ) -> list[Fact]:
     job = cluster.jobs.get(job_id)
     if job is None or job.assigned != host.key:
         raise Refused("not_found", 404, f"job {job_id} is not assigned to {host.name}")
-    if event == "started" and job.state is JobState.ASSIGNED:
+    if event is JobEvent.STARTED and job.state is JobState.ASSIGNED:
         return [fact("job_started", now, host.name, id=job_id)]
-    if event == "finished" and job.state in (JobState.ASSIGNED, JobState.RUNNING):
+    if event is JobEvent.FINISHED and job.state in (JobState.ASSIGNED, JobState.RUNNING):
         return [fact("job_finished", now, host.name, id=job_id, exit_code=exit_code or 0)]
     return []

@@ -17,7 +17,7 @@ from typing import Any
 from xce_controller import credentials
 from xce_controller.config import ClusterConfig
 from xce_controller.lifecycle import JoinRequest, Refused, decommissioned, fact, returned_state
-from xce_controller.model import TERMINAL, Cluster, Fact, Host, HostState
+from xce_controller.model import TERMINAL, Cluster, Fact, Host, HostState, UnmatchedJoins
 from xce_protocol import names
 from xce_protocol.reasons import Reason, refusal
 
@@ -163,7 +163,7 @@ def _join_new(
 ) -> tuple[Host, list[Fact]]:
     if proof(None, cfg, req.token, now) is Proof.NONE:
         raise Refused("unauthorized", 401, "join token missing or wrong")
-    if cfg.unmatched_joins == "refuse":
+    if cfg.unmatched_joins is UnmatchedJoins.REFUSE:
         raise Refused(
             "unmatched",
             403,
@@ -292,7 +292,7 @@ def speaker(
     if worker and credentials.matches(token, host.worker_hash):
         pass  # the worker's credential of this join: its watch and job reports
     elif credentials.matches(token, host.next_credential_hash):
-        facts.append(fact("confirmed", now, name, key=host.key))
+        facts.append(fact("confirmed", now, name, key=host.key, code=Reason.CREDENTIAL_CONFIRMED))
     elif not credentials.matches(token, host.credential_hash):
         if not any(credentials.matches(token, past) for past in host.past_credentials):
             raise unknown
@@ -310,7 +310,10 @@ def renew(host: Host, now: float, sealed: str, boot_id: str = "") -> Fact:
     a clone) becomes stale once this host presents the new one. `boot_id` is the boot the
     agent runs in (a reboot resumes here, not by a join)."""
     data: dict[str, Any] = dict(
-        key=host.key, incarnation=host.incarnation + 1, credential_hash=sealed
+        key=host.key,
+        incarnation=host.incarnation + 1,
+        credential_hash=sealed,
+        code=Reason.CREDENTIAL_RENEWED,
     )
     if boot_id:
         data["boot_id"] = boot_id

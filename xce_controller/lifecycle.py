@@ -15,6 +15,7 @@ from xce_controller.config import ClusterConfig
 from xce_controller.model import (
     JOINED,
     TERMINAL,
+    AdminAction,
     Cluster,
     DrainPolicy,
     Fact,
@@ -141,7 +142,7 @@ def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[
             now,
             by,
             key=host.key,
-            state="returned",
+            state=HostState.RETURNED.value,
             why="instance returned",
             code=Reason.INSTANCE_RETURNED,
         )
@@ -220,36 +221,34 @@ def control(
     now: float,
     by: str,
     host: Host,
-    action: str,
+    action: AdminAction,
     drain_timeout: float | None = None,
     policy: str | None = None,
     why: str = "",
 ) -> list[Fact]:
     if host.state in TERMINAL:
         raise Refused("conflict", 409, f"host {host.name or host.key} is {host.state.value}")
-    if action in ("open", "close"):
+    if action in (AdminAction.OPEN, AdminAction.CLOSE):
         allowed = (HostState.OPEN, HostState.CLOSED)
         if host.state not in allowed:
             raise Refused(
                 "conflict",
                 409,
-                f"cannot {action} host {host.name or host.key}: it is {host.state.value}",
+                f"cannot {action.value} host {host.name or host.key}: it is {host.state.value}",
             )
-        state = "open" if action == "open" else "closed"
-        code = Reason.ADMIN_OPENED if action == "open" else Reason.ADMIN_CLOSED
+        state = HostState.OPEN if action is AdminAction.OPEN else HostState.CLOSED
+        code = Reason.ADMIN_OPENED if action is AdminAction.OPEN else Reason.ADMIN_CLOSED
         return [
             fact(
                 "state",
                 now,
                 by,
                 key=host.key,
-                state=state,
-                why=why or f"{action}ed by {by}",
+                state=state.value,
+                why=why or f"{action.done} by {by}",
                 code=code,
             )
         ]
-    if action != "decommission":
-        raise Refused("bad_request", 422, f"unknown action {action!r}")
     if host.state is HostState.DRAINING:
         raise Refused("conflict", 409, f"host {host.name} is already draining")
     if host.state not in JOINED:  # expected, overdue, lost: nothing runs there
@@ -259,8 +258,8 @@ def control(
                 now,
                 by,
                 key=host.key,
-                state="decommissioned",
-                why=why or f"decommissioned by {by}",
+                state=HostState.DECOMMISSIONED.value,
+                why=why or f"{action.done} by {by}",
                 code=Reason.DECOMMISSIONED_IDLE,
             )
         ]
@@ -278,7 +277,7 @@ def control(
             key=host.key,
             timeout=timeout,
             policy=chosen.value,
-            why=why or f"decommissioned by {by}",
+            why=why or f"{action.done} by {by}",
             code=Reason.DECOMMISSION_REQUESTED,
         )
     ]

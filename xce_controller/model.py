@@ -23,7 +23,7 @@ def evolve(record: T, **changes: Any) -> T:
     return new
 
 
-class HostState(enum.Enum):
+class HostState(str, enum.Enum):
     EXPECTED = "expected"  # the provisioner recorded the instance; waiting for its join
     OVERDUE = "overdue"  # not joined by its deadline: to be returned
     OPEN = "open"  # joined, takes work
@@ -34,18 +34,45 @@ class HostState(enum.Enum):
     RETURNED = "returned"  # the provisioner acknowledged giving the instance back
 
 
+class AdminAction(str, enum.Enum):
+    """What an admin may ask of a joined host (the last part of its REST path)."""
+
+    OPEN = "open"
+    CLOSE = "close"
+    DECOMMISSION = "decommission"
+
+    @property
+    def done(self) -> str:
+        """The action in a host's reason: "closed by admin"."""
+        return {"open": "opened", "close": "closed", "decommission": "decommissioned"}[self.value]
+
+
+class JobEvent(str, enum.Enum):
+    """What a worker reports about a job (the last part of its REST path)."""
+
+    STARTED = "started"
+    FINISHED = "finished"
+
+
+class UnmatchedJoins(str, enum.Enum):
+    """What the controller does with a join that matches no expected instance."""
+
+    ACCEPT = "accept"  # join with the default template
+    REFUSE = "refuse"
+
+
 # States in which a host is gone from the cluster for good.
 TERMINAL = (HostState.DECOMMISSIONED, HostState.RETURNED)
 JOINED = (HostState.OPEN, HostState.CLOSED, HostState.DRAINING)
 
 
-class DrainPolicy(enum.Enum):
+class DrainPolicy(str, enum.Enum):
     REQUEUE = "requeue"
     KILL = "kill"
     WAIT = "wait"
 
 
-class JobState(enum.Enum):
+class JobState(str, enum.Enum):
     PENDING = "pending"
     ASSIGNED = "assigned"  # placed on a host, the worker has not reported it started
     RUNNING = "running"
@@ -62,7 +89,7 @@ class Change:
     """One entry of a host's state history."""
 
     at: float
-    state: str
+    state: HostState
     by: str
     why: str
     code: str = ""  # the reason code (xce_protocol.reasons); "" in records older than codes

@@ -111,7 +111,7 @@ def receive(cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, n: Not
                 now,
                 host.name,
                 key=host.key,
-                state="closed",
+                state=HostState.CLOSED.value,
                 why=describe(acting),
                 code=notice_code(acting.kind),
             )
@@ -157,8 +157,20 @@ def _end(now: float, host: Host, received: Notice, why: str) -> list[Fact]:
     facts = [_record(now, host, received, None)]
     if host.notice.reopen and host.state is HostState.CLOSED:
         ended = Reason.NOTICE_ENDED
-        facts.append(fact("state", now, host.name, key=host.key, state="open", why=why, code=ended))
+        facts.append(_reopened(now, host, host.name, why, ended))
     return facts
+
+
+def after_admin_close(now: float, by: str, host: Host) -> list[Fact]:
+    """An admin closed the host while a notice had it closed: the close is the admin's now, and
+    the notice's end or lapse must not reopen it."""
+    notice = host.notice
+    if notice is None or not notice.reopen:
+        return []
+    kept = replace(notice, reopen=False)
+    return [
+        fact("notice", now, by, key=host.key, notice=notice_to_json(kept), code=Reason.ADMIN_CLOSED)
+    ]
 
 
 def due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
@@ -191,9 +203,7 @@ def due(cluster: Cluster, now: float, host: Host) -> list[Fact]:
         facts = [fact("notice", now, CONTROLLER, key=host.key, notice=None, code=lapsed)]
         if notice.reopen and host.state is HostState.CLOSED:
             why = "rebalance advice lapsed: no preemption followed"
-            facts.append(
-                fact("state", now, CONTROLLER, key=host.key, state="open", why=why, code=lapsed)
-            )
+            facts.append(_reopened(now, host, CONTROLLER, why, lapsed))
         return facts
     return []
 
@@ -217,7 +227,7 @@ def after_join(now: float, host: Host, boot_id_before: str) -> list[Fact]:
     ended = Reason.NOTICE_ENDED
     facts = [fact("notice", now, host.name, key=host.key, notice=None, code=ended)]
     if notice.reopen and host.state is HostState.CLOSED:
-        facts.append(fact("state", now, host.name, key=host.key, state="open", why=why, code=ended))
+        facts.append(_reopened(now, host, host.name, why, ended))
     return facts
 
 
@@ -230,3 +240,8 @@ def drained(cluster: Cluster, host: Host) -> bool:
         and (notice.act_at is None or notice.acted)
         and not cluster.jobs_on(host.key)
     )
+
+
+def _reopened(now: float, host: Host, by: str, why: str, code: Reason) -> Fact:
+    """The fact that opens a host its notice had closed, once the notice is over."""
+    return fact("state", now, by, key=host.key, state=HostState.OPEN.value, why=why, code=code)

@@ -1,56 +1,52 @@
-"""Request and answer bodies of the REST API; FastAPI derives the OpenAPI document from them."""
+"""Request and answer bodies of the REST API; FastAPI derives the OpenAPI document from them.
+
+Written for pydantic 1.10 and 2 alike (pydantic_versions.py): JSON numbers are checked by
+`json_numbers` validators, bounded strings, lists and mappings by `text`, `items` and
+`mapping`, other checks by `checked`.
+"""
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, Field, StrictFloat, StrictInt, constr
 
 from xce_controller import leases
+from xce_controller.pydantic_versions import (
+    Lenient,
+    Strict,
+    checked,
+    items,
+    json_numbers,
+    mapping,
+    text,
+)
 from xce_protocol import names
 
+if TYPE_CHECKING:  # what the type checker reads; pydantic reads the constrained types
+    Short = str
+    ResourceText = str
+else:
+    Short = constr(max_length=64)
+    ResourceText = constr(strict=True, max_length=256)
 
-def _json_number(value: Any) -> Any:
-    """JSON Schema's number and integer: no booleans, no numeric strings (pydantic's lax mode
-    would coerce both), but 3.0 is an integer."""
-    if isinstance(value, (bool, str)):
-        raise ValueError("expected a number")
-    return value
-
-
-JsonInt = Annotated[int, BeforeValidator(_json_number)]
-JsonFloat = Annotated[float, BeforeValidator(_json_number)]
-
-Name = Field(min_length=1, max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME)
-Short = Annotated[str, Field(max_length=64)]
 # What a host says about itself is bounded: a few dozen scalar entries, short keys and texts.
 RESOURCE_KEY = r"^[A-Za-z0-9_.-]{1,64}$"
-ResourceValue = Union[JsonInt, JsonFloat, Annotated[str, Field(max_length=256)]]
+RESOURCES_MAX = 32
+ResourceValue = Union[StrictInt, StrictFloat, ResourceText]
 
 
-def _resource_keys(value: dict[str, Any]) -> dict[str, Any]:
-    for key in value:
+def _resources(value: dict[str, Any]) -> dict[str, Any]:
+    if len(value) > RESOURCES_MAX:
+        raise ValueError(f"at most {RESOURCES_MAX} resources")
+    for key, item in value.items():
         if not re.fullmatch(RESOURCE_KEY, key):
             raise ValueError(f"resource name {key[:40]!r}: letters, digits, _ . - (1 to 64)")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"resource {key}: expected a finite number")
     return value
-
-
-Resources = Annotated[
-    dict[str, ResourceValue],
-    Field(max_length=32, json_schema_extra={"propertyNames": {"pattern": RESOURCE_KEY}}),
-    AfterValidator(_resource_keys),
-]
-
-
-class Lenient(BaseModel):
-    """Agents may send fields a newer protocol adds: unknown fields are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ErrorBody(BaseModel):
@@ -68,17 +64,19 @@ class ErrorBody(BaseModel):
 
 class JoinBody(Lenient):
     protocol: str = Field("1.1", max_length=16)
-    host: str = Name
-    instance_id: str = Field(
-        "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
-    )
-    template: str = Field("", max_length=names.TEMPLATE_MAX, pattern=names.TEMPLATE_OR_NONE)
+    host: str = text(min_length=1, max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME)
+    instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
+    template: str = text("", max_length=names.TEMPLATE_MAX, pattern=names.TEMPLATE_OR_NONE)
     provider: str = Field("", max_length=253)
-    addresses: list[Short] = Field(default_factory=list, max_length=64)
+    addresses: list[Short] = items(list, max_length=64)
     boot_id: str = Field("", max_length=64)
-    roles: list[Short] = Field(default_factory=list, max_length=16)
-    resources: Resources = Field(default_factory=dict)
+    roles: list[Short] = items(list, max_length=16)
+    resources: dict[str, ResourceValue] = mapping(
+        max_length=RESOURCES_MAX, key_pattern=RESOURCE_KEY
+    )
     agent_version: str = Field("", max_length=64)
+
+    check_resources = checked(_resources, "resources")
 
 
 class TemplateBody(BaseModel):
@@ -129,19 +127,19 @@ class ComponentReport(Lenient):
     name: str = Field(max_length=128)
     role: str = Field("", max_length=32, description="worker: a FATAL one closes the host")
     state: str = Field(max_length=32)
-    pid: Optional[JsonInt] = None
-    restarts: JsonInt = 0
+    pid: Optional[int] = None
+    restarts: int = 0
     last_exit: Optional[str] = Field(None, max_length=512)
+
+    check_numbers = json_numbers("pid", "restarts", integer=True)
 
 
 class HeartbeatBody(Lenient):
     protocol: str = Field("1.1", max_length=16)
-    instance_id: str = Field(
-        "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
-    )
+    instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
     boot_id: str = Field("", max_length=64)
     agent_state: str = Field("running", max_length=64)
-    components: list[ComponentReport] = Field(default_factory=list, max_length=64)
+    components: list[ComponentReport] = items(list, max_length=64)
     renew: bool = Field(
         False, description="the agent (re)started: issue the credential of a new incarnation"
     )
@@ -181,16 +179,16 @@ class HostAnswer(BaseModel):
 
 class NoticeBody(Lenient):
     protocol: str = Field("1.1", max_length=16)
-    instance_id: str = Field(
-        "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
-    )
+    instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
     kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown"]
     provider: str = Field("", max_length=64)
     event_id: str = Field("", max_length=200)
-    deadline: Optional[Annotated[float, Field(gt=0, lt=1e11), BeforeValidator(_json_number)]] = None
+    deadline: Optional[float] = Field(None, gt=0, lt=1e11)
     state: Literal["active", "ended"] = "active"
     impact: Literal["reboot", "pause"] = "reboot"
     raw: str = Field("", max_length=8192)
+
+    check_numbers = json_numbers("deadline", integer=False)
 
 
 class JobBody(BaseModel):
@@ -265,20 +263,22 @@ class ExpectAnswer(HostDetail):
 
 
 class ExpectBody(Strict):
-    instance_id: str = Field(
+    # Explicit classes (names.py), not \S: Python (which checks) and JSON Schema's ECMA
+    # regexes (which clients read) must mean the same.
+    instance_id: str = text(
         min_length=1, max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID
     )
-    template: str = Field(min_length=1, max_length=names.TEMPLATE_MAX, pattern=names.TEMPLATE)
-    expected_name: str = Field("", max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME_OR_NONE)
+    template: str = text(min_length=1, max_length=names.TEMPLATE_MAX, pattern=names.TEMPLATE)
+    expected_name: str = text("", max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME_OR_NONE)
     expected_address: str = Field("", max_length=64)
-    deadline_in: Optional[
-        Annotated[float, Field(gt=0, le=10 * 365 * 86400), BeforeValidator(_json_number)]
-    ] = None
+    deadline_in: Optional[float] = Field(None, gt=0, le=10 * 365 * 86400)
     provider: str = Field("", max_length=253)
     join_token: str = Field("", max_length=512, description="a per-instance join token")
     mint_join_token: bool = Field(
         False, description="mint a per-instance join token; the answer shows it once"
     )
+
+    check_numbers = json_numbers("deadline_in", integer=False)
 
 
 class ControlBody(Strict):
@@ -286,21 +286,25 @@ class ControlBody(Strict):
 
 
 class DecommissionBody(Strict):
-    drain_timeout: Optional[
-        Annotated[float, Field(ge=0, le=30 * 86400), BeforeValidator(_json_number)]
-    ] = None
+    drain_timeout: Optional[float] = Field(None, ge=0, le=30 * 86400)
     policy: Optional[Literal["requeue", "kill", "wait"]] = None
     reason: str = Field("", max_length=512)
 
+    check_numbers = json_numbers("drain_timeout", integer=False)
+
 
 class SubmitBody(Strict):
-    command: list[str] = Field(min_length=1, max_length=256)
-    slots: Annotated[int, Field(ge=1, le=4096), BeforeValidator(_json_number)] = 1
-    host: str = Field("", max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME_OR_NONE)
+    command: list[str] = items(min_length=1, max_length=256)
+    slots: int = Field(1, ge=1, le=4096)
+    host: str = text("", max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME_OR_NONE)
+
+    check_numbers = json_numbers("slots", integer=True)
 
 
 class JobReportBody(Lenient):
-    exit_code: Annotated[int, Field(ge=-255, le=255), BeforeValidator(_json_number)] = 0
+    exit_code: int = Field(0, ge=-255, le=255)
+
+    check_numbers = json_numbers("exit_code", integer=True)
 
 
 class TemplateUse(TemplateBody):
@@ -316,16 +320,21 @@ class InfoAnswer(BaseModel):
 
 
 class LeaseBody(Strict):
-    host: str = Name
-    session: str = Field(
+    host: str = text(min_length=1, max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME)
+    session: str = text(
         min_length=1,
         max_length=64,
         pattern=leases.SESSION,
         description="the agent run asking: a restarted agent is a new holder",
     )
-    ttl: Annotated[
-        float, Field(ge=leases.TTL_MIN, le=leases.TTL_MAX), BeforeValidator(_json_number)
-    ] = Field(description="seconds the lease lasts from this request unless renewed")
+    ttl: float = Field(
+        ...,
+        ge=leases.TTL_MIN,
+        le=leases.TTL_MAX,
+        description="seconds the lease lasts from this request unless renewed",
+    )
+
+    check_numbers = json_numbers("ttl", integer=False)
 
 
 class LeaseAnswer(BaseModel):
@@ -336,17 +345,16 @@ class LeaseAnswer(BaseModel):
     session: str
     token: int = Field(description="fencing token of the latest grant: grows with every grant")
     ttl: float
-    expires_in: Optional[float] = Field(description="seconds until the hold ends, if held")
-    expires_at: Optional[float] = Field(description="the same as a wall-clock time")
-    granted_at: Optional[float]
+    # Required and nullable, on pydantic 1 as on 2 (`...`): every answer carries them.
+    expires_in: Optional[float] = Field(..., description="seconds until the hold ends, if held")
+    expires_at: Optional[float] = Field(..., description="the same as a wall-clock time")
+    granted_at: Optional[float] = Field(...)
     last_holder: str = Field(description="the host of the latest grant")
 
 
 class GaveUpBody(Lenient):
-    host: str = Name
-    instance_id: str = Field(
-        "", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE
-    )
+    host: str = text(min_length=1, max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME)
+    instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
     reason: str = Field("", max_length=512, description="the last refusal or failure it saw")
     action: str = Field("", max_length=64, description="what the instance does now: poweroff")
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import secrets
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -67,21 +69,35 @@ def stable_admin_token(db: Path) -> str:
     return stable_token(db, "admin")
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server that ends the controller's long-polls as soon as it is told to stop."""
+
+    def __init__(self, config: uvicorn.Config, controller: Controller) -> None:
+        super().__init__(config)
+        self.controller = controller
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        self.controller.release_watchers()
+
+
 def make_server(
     cfg: ClusterConfig, db: Path, sock: socket.socket
 ) -> tuple[uvicorn.Server, Controller]:
     controller = Controller(cfg, Store(db))
-    config = uvicorn.Config(
-        create_app(controller),
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        timeout_keep_alive=120,
-        # Long-polls would hold a graceful shutdown for their whole timeout.
-        timeout_graceful_shutdown=2,
-        backlog=1024,
-    )
-    return uvicorn.Server(config), controller
+    options: dict[str, Any] = {
+        "log_level": "warning",
+        "access_log": False,
+        "lifespan": "on",
+        "timeout_keep_alive": 120,
+        "backlog": 1024,
+    }
+    # Long-polls would hold a graceful shutdown for their whole timeout. Debian 12's uvicorn
+    # 0.17 has no such bound: there a stop waits for the open long-polls (30 s at most).
+    if "timeout_graceful_shutdown" in inspect.signature(uvicorn.Config).parameters:
+        options["timeout_graceful_shutdown"] = 2
+    config = uvicorn.Config(create_app(controller), **options)
+    return _Server(config, controller), controller
 
 
 class EmbeddedController:
@@ -108,6 +124,7 @@ class EmbeddedController:
 
     def stop(self) -> None:
         self.server.should_exit = True
+        self.controller.release_watchers()
         self._thread.join(timeout=10)
         self.controller.store.close()
         self.sock.close()

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from xce_controller import crash, credentials, deadlines, joining, notices
+from xce_controller import collector, crash, credentials, deadlines, joining, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
@@ -25,7 +24,7 @@ from xce_controller.config import ClusterConfig
 from xce_controller.facts import apply
 from xce_controller.gave_up import gave_up
 from xce_controller.lease_desk import LeaseDesk
-from xce_controller.model import TERMINAL, Fact, Host
+from xce_controller.model import JOINED, TERMINAL, AdminAction, Fact, Host, HostState
 from xce_controller.store import StorageUnavailable, Store
 from xce_controller.timers import Timers
 from xce_protocol import names
@@ -38,7 +37,6 @@ RECORD_EVERY = 60.0  # seconds between recorded refusals of one kind for one hos
 MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
 RETRY = 5.0  # a timer whose facts could not be stored tries again after this long
 RESCAN = ("job_submitted", "job_requeued")  # facts after which every open host may take work
-FREEZE_EVERY = 1.0  # seconds between moving survivors out of the cyclic collector's reach
 
 
 class Controller:
@@ -73,7 +71,8 @@ class Controller:
         self._handle: asyncio.TimerHandle | None = None
         self._armed: float | None = None
         self._freezer: asyncio.TimerHandle | None = None
-        self.tune_gc = False  # `serve` sets it: the policy is process-wide (see _freeze)
+        self._freeze_period = collector.MAX_PERIOD
+        self.tune_gc = False  # `serve` sets it: the policy is process-wide (collector.py)
         self.storage_down = ""  # the cause while writes fail, logged once
         self.storage_errors = 0  # changes the database refused since start
         # Told of every committed batch, in order (metrics, the events stream).
@@ -82,6 +81,7 @@ class Controller:
         self._recorded: dict[tuple[str, str], float] = {}  # (host key, kind) -> last recorded
         for key in self.cluster.hosts:
             self._schedule(key)
+        self._released = False  # stopping: watches answer at once
 
     # --- changes ----------------------------------------------------------------------
     def _leases_committed(self, facts: list[Fact]) -> None:
@@ -208,18 +208,28 @@ class Controller:
             self._freeze()
 
     def _freeze(self) -> None:
-        """Keep the cyclic collector's full passes short. With thousands of watches and
-        connections held open, its generation 2 holds millions of objects and a full pass
-        stopped the loop for 0.5-3 s (every request waited). Records and held requests are
-        freed by reference counting when done, and a full pass over them found no cyclic
-        garbage, so every second the young generations are collected (about a millisecond)
-        and the survivors are frozen; the full pass, which would find nothing older to
-        collect, is not run on its own (its threshold is out of reach)."""
-        gc.collect(1)
-        gc.freeze()
-        gc.set_threshold(*gc.get_threshold()[:2], 1 << 30)
+        """Freeze the young survivors, as often as keeps each pass short (collector.py)."""
+        pause = collector.freeze_young()
+        self._freeze_period = collector.next_period(self._freeze_period, pause)
         if self._loop is not None:
-            self._freezer = self._loop.call_later(FREEZE_EVERY, self._freeze)
+            self._freezer = self._loop.call_later(self._freeze_period, self._freeze)
+
+    def release_watchers(self) -> None:
+        """Answer every open long-poll now, and every later one at once, from any thread or a
+        signal handler: a stopping server then waits for no watch timeout (Debian 12's
+        uvicorn has no bound on it; an agent re-polls on its kept-alive connection), and a
+        restart is over before any host misses its heartbeats."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        self._released = True
+        waiters, self._waiters = self._waiters, {}
+        for futures in waiters.values():
+            for fut in futures:
+                if not fut.done():
+                    fut.set_result(None)
 
     async def stop(self) -> None:
         for handle in (self._handle, self._freezer):
@@ -344,7 +354,7 @@ class Controller:
 
     async def watch(self, host: Host, since: int, timeout: float) -> Host:
         """Return once the host changed after version `since`, or at the timeout."""
-        if self.host_version.get(host.key, 0) <= since and timeout > 0:
+        if self.host_version.get(host.key, 0) <= since and timeout > 0 and not self._released:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(host.key, []).append(fut)
             try:
@@ -359,9 +369,18 @@ class Controller:
 
     def notice(self, host: Host, notice: Notice) -> Host:
         """A provider's warning the host's agent relays: recorded, then acted on."""
+        if host.state not in (*JOINED, HostState.LOST):
+            # Not joined yet (expected, overdue): the join would drop a notice kept on the
+            # record. Refused like an unknown host, which the agent retries after its join.
+            name = host.name or host.expected_name or host.key
+            raise lc.Refused("unknown_host", 404, f"host {name} has not joined yet: join first")
         now = self.clock()
         self.seen[host.key] = now  # the agent spoke: as good as a heartbeat
-        self.commit(notices.receive(self.cluster, self.cfg, now, host, notice))
+        # A lost host is heard again first, so the notice closes it: acted on while it was
+        # lost, its next heartbeat would have reopened it for work just before it goes.
+        resumed = lc.heartbeat(self.cluster, now, host)
+        after = replace(host, state=lc.returned_state(host)) if resumed else host
+        self.commit([*resumed, *notices.receive(self.cluster, self.cfg, now, after, notice)])
         return self.cluster.hosts[host.key]
 
     # --- admin ------------------------------------------------------------------------
@@ -374,7 +393,11 @@ class Controller:
     def cancel(self, job_id: int, by: str) -> None:
         self.commit(jobmodel.cancel(self.cluster, self.clock(), by, job_id))
 
-    def control(self, name: str, action: str, by: str, **params: Any) -> Host:
+    def control(self, name: str, action: AdminAction, by: str, **params: Any) -> Host:
         host = self.find_host(name)
-        self.commit(lc.control(self.cluster, self.cfg, self.clock(), by, host, action, **params))
+        now = self.clock()
+        facts = lc.control(self.cluster, self.cfg, now, by, host, action, **params)
+        if action is AdminAction.CLOSE:
+            facts += notices.after_admin_close(now, by, host)
+        self.commit(facts)
         return self.cluster.hosts[host.key]

@@ -27,7 +27,7 @@ from xce_controller import deadlines, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.facts import apply
-from xce_controller.model import JOINED, Cluster, Fact, HostState, JobState
+from xce_controller.model import JOINED, AdminAction, Cluster, Fact, HostState, JobState
 from xce_controller.scenario import Scenario
 from xce_controller.sim_report import Series, Stuck, Summary
 from xce_protocol.notices import Notice, NoticeKind
@@ -347,7 +347,7 @@ class Simulation:
                 self.now,
                 "provisioner",
                 host,
-                "decommission",
+                AdminAction.DECOMMISSION,
                 drain_timeout=timeout,
                 policy=self.spec.drain_policy,
                 why=why,

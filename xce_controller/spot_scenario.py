@@ -26,7 +26,7 @@ from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig, Template
 from xce_controller.facts import apply
-from xce_controller.model import Cluster, Fact, HostState, JobState
+from xce_controller.model import Cluster, Fact, HostState, JobEvent, JobState
 from xce_protocol.notices import Notice, NoticeKind
 
 
@@ -143,7 +143,7 @@ class SpotRun:
         if key in self.gone:
             self.outcome.jobs["lost (placed on a host already gone)"] += 1
             return
-        self.commit(jobmodel.job_report(self.cluster, self.now, host, job_id, "started"))
+        self.commit(jobmodel.job_report(self.cluster, self.now, host, job_id, JobEvent.STARTED))
         duration = self.job_rng.expovariate(1 / (self.spec.job_minutes * 60))
         self.at(self.now + duration, functools.partial(self._finished, job_id, key))
 
@@ -157,7 +157,7 @@ class SpotRun:
         ):
             return  # the instance went first, or the job was requeued
         host = self.cluster.hosts[key]
-        self.commit(jobmodel.job_report(self.cluster, self.now, host, job_id, "finished", 0))
+        self.commit(jobmodel.job_report(self.cluster, self.now, host, job_id, JobEvent.FINISHED, 0))
         if host.notice is not None:
             self.outcome.jobs["finished before the instance went"] += 1
         else:

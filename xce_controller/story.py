@@ -107,6 +107,28 @@ def _rejoined(t: _Teller, e: Event) -> None:
     t.say(e["at"], f"joined again as the same instance (a reconnect, not a new host){_why(e)}")
 
 
+def _code(e: Event) -> str:
+    return f" [{e['code']}]" if e.get("code") else ""
+
+
+def _renewed(t: _Teller, e: Event) -> None:
+    incarnation = e["data"].get("incarnation", "-")
+    t.say(
+        e["at"],
+        f"its agent resumed with its credential; incarnation {incarnation} issued{_code(e)}",
+    )
+
+
+def _confirmed(t: _Teller, e: Event) -> None:
+    t.say(e["at"], f"its renewed credential came back: earlier ones are stale now{_code(e)}")
+
+
+def _refused(t: _Teller, e: Event) -> None:
+    """A refused attempt the controller recorded: a stale credential, a second join."""
+    detail = e["data"].get("detail") or e["data"].get("why") or "-"
+    t.say(e["at"], f"an attempt{_by(e)} refused: {detail}{_code(e)}")
+
+
 def _state(t: _Teller, e: Event) -> None:
     state, at = e.get("state", ""), e["at"]
     mark = ""
@@ -165,6 +187,9 @@ _KINDS: dict[str, Callable[[_Teller, Event], None]] = {
     "expected": _expected,
     "joined": _joined,
     "rejoined": _rejoined,
+    "renewed": _renewed,
+    "confirmed": _confirmed,
+    "refused": _refused,
     "state": _state,
     "drain": _drain,
     "notice": _notice,

@@ -1,7 +1,8 @@
 """`xcecli`: the admin CLI of the reference controller (the name the brief uses).
 
 Exit codes: 0 ok; 1 the controller refused (its message printed as one line); 2 usage;
-3 the controller could not be reached.
+3 the controller could not be reached. The client raises typed errors; the group
+(xce_protocol.exits) turns each into its line and exit code.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any
 import click
 import requests
 
+from xce_controller.client_errors import ControllerRefused, ControllerUnreachable
+from xce_controller.model import AdminAction, HostState
 from xce_controller.xcecli_observe import events, why
-
-EX_REFUSED = 1
-EX_UNREACHABLE = 3
+from xce_protocol.errors import UsageError
+from xce_protocol.exits import ErrorExits
 
 
 class Client:
@@ -32,16 +34,14 @@ class Client:
         try:
             response = self.session.request(method, self.url + path, timeout=30, **kwargs)
         except requests.RequestException as exc:
-            click.echo(f"xcecli: cannot reach {self.url}: {type(exc).__name__}", err=True)
-            sys.exit(EX_UNREACHABLE)
+            raise ControllerUnreachable(f"cannot reach {self.url}: {type(exc).__name__}") from None
         try:
             body = response.json()
         except ValueError:
             body = None
         if response.status_code >= 400:
             message = body.get("message") if isinstance(body, dict) else response.text[:200]
-            click.echo(f"xcecli: {response.status_code}: {message}", err=True)
-            sys.exit(EX_REFUSED)
+            raise ControllerRefused(f"{response.status_code}: {message}")
         return body
 
 
@@ -64,7 +64,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-@click.group()
+@click.group(cls=ErrorExits, name="xcecli")
 @click.option(
     "--url",
     envvar="XCE_CONTROLLER_URL",
@@ -90,8 +90,7 @@ def main(ctx: click.Context, url: str, token: str, token_file: str | None) -> No
             with open(token_file, encoding="utf-8") as handle:
                 token = handle.read().strip()
         except OSError as exc:
-            click.echo(f"xcecli: --token-file {token_file}: {exc.strerror}", err=True)
-            sys.exit(2)
+            raise UsageError(f"--token-file {token_file}: {exc.strerror}") from None
     ctx.obj = Client(url, token)
 
 
@@ -117,7 +116,7 @@ def _host_rows(hosts: list[dict[str, Any]]) -> str:
             "yes" if h["provisioned"] else "no",
             str(h["jobs_running"]),
             _when(h["joined_at"]),
-            _when(h["deadline"]) if h["state"] in ("expected", "overdue") else "-",
+            _when(h["deadline"]) if h["state"] in (HostState.EXPECTED, HostState.OVERDUE) else "-",
             _notice(h),
             h["reason"] + _code(h),
         ]
@@ -241,8 +240,8 @@ def expect(client: Client, /, instance_id: str, **fields: Any) -> None:
         click.echo(f"join token for {h['instance_id']} (shown once): {h['join_token']}")
 
 
-def _control(client: Client, name: str, action: str, body: dict[str, Any]) -> None:
-    h = client.call("POST", f"/v1/hosts/{name}/{action}", json=body)
+def _control(client: Client, name: str, action: AdminAction, body: dict[str, Any]) -> None:
+    h = client.call("POST", f"/v1/hosts/{name}/{action.value}", json=body)
     shown = h["name"] or h["expected_name"] or h["instance_id"] or name
     click.echo(f"{shown}: {h['state']} ({h['reason']}){_code(h)}")
 
@@ -252,7 +251,7 @@ def _control(client: Client, name: str, action: str, body: dict[str, Any]) -> No
 @click.pass_obj
 def open_(client: Client, name: str) -> None:
     """Open a host to new work."""
-    _control(client, name, "open", {})
+    _control(client, name, AdminAction.OPEN, {})
 
 
 @main.command()
@@ -260,7 +259,7 @@ def open_(client: Client, name: str) -> None:
 @click.pass_obj
 def close(client: Client, name: str) -> None:
     """Close a host to new work."""
-    _control(client, name, "close", {})
+    _control(client, name, AdminAction.CLOSE, {})
 
 
 @main.command()
@@ -278,7 +277,7 @@ def decommission(
         body["drain_timeout"] = drain_timeout
     if policy:
         body["policy"] = policy
-    _control(client, name, "decommission", body)
+    _control(client, name, AdminAction.DECOMMISSION, body)
 
 
 @main.command("to-return")

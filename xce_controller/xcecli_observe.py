@@ -15,9 +15,9 @@ from typing import Any, Protocol
 import click
 import requests
 
+from xce_controller.client_errors import ControllerUnreachable
 from xce_controller.story import story
 
-EX_UNREACHABLE = 3
 RECONNECT_MAX = 10.0
 
 
@@ -51,8 +51,7 @@ def _line(e: dict[str, Any]) -> str:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"xcecli: {message}", err=True)
-    raise SystemExit(EX_UNREACHABLE)
+    raise ControllerUnreachable(message)
 
 
 @click.command()

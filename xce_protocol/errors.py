@@ -8,6 +8,16 @@ class XceError(Exception):
 
     exit_code = 1
 
+    def lines(self) -> list[str]:
+        """What a CLI prints for it, one line each."""
+        return [str(self)]
+
+
+class UsageError(XceError):
+    """A command line that cannot be carried out as written (a bad option value)."""
+
+    exit_code = 2
+
 
 class ConfigError(XceError):
     """The configuration is unusable; `problems` holds one human line per problem."""
@@ -17,3 +27,6 @@ class ConfigError(XceError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
+
+    def lines(self) -> list[str]:
+        return list(self.problems)

@@ -107,7 +107,8 @@ def _enum(body: dict[str, Any], key: str, cls: type[Any], default: Any) -> Any:
 
 
 def _text(body: dict[str, Any], key: str, default: str) -> str:
+    """The field, with anything unprintable as '?': it reaches logs and admins' terminals."""
     value = body.get(key, default)
     if not isinstance(value, str) or len(value) > MAX_TEXT:
         raise BadNotice(f"{key}: expected a string of at most {MAX_TEXT} characters")
-    return value
+    return "".join(c if c.isprintable() else "?" for c in value)

@@ -20,6 +20,8 @@ class Reason(str, enum.Enum):
     JOINED_UNPROVISIONED = "joined_unprovisioned"  # joined without a record (unmatched: accept)
     REJOINED_AFTER_LOSS = "rejoined_after_loss"  # a lost host joined again
     AGENT_RECONNECTED = "agent_reconnected"  # the same incarnation joined again (agent restart)
+    CREDENTIAL_RENEWED = "credential_renewed"  # a (re)started agent got the next credential
+    CREDENTIAL_CONFIRMED = "credential_confirmed"  # the renewed credential came back: older stale
     HEARTBEAT_RESUMED = "heartbeat_resumed"  # a lost host was heard from again
     JOIN_DEADLINE_MISSED = "join_deadline_missed"  # expected, not joined by its deadline
     HEARTBEAT_LOST = "heartbeat_lost"  # no heartbeat for longer than the host-loss grace

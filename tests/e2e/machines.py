@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -11,9 +12,22 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 PACKAGES = (
     "systemd,systemd-sysv,dbus,python3,cloud-init,python3-click,python3-yaml,python3-psutil,"
     "python3-requests,python3-sdnotify,python3-cffi-backend,procps"
+)
+# What the controller's host adds from Debian's archive (FastAPI 0.92, pydantic 1.10, ...).
+CONTROLLER_PACKAGES = (
+    "python3-fastapi",
+    "python3-pydantic",
+    "python3-uvicorn",
+    "python3-prometheus-client",
+    "python3-httptools",
+    "python3-uvloop",
+    "python3-pytest",  # to run the controller's tests on these versions
+    "python3-httpx",  # the authorization matrix calls the app in process (ASGITransport)
 )
 CLOUD_CFG = """\
 datasource_list: [NoCloud, None]
@@ -22,10 +36,10 @@ locale: C.UTF-8
 """
 
 
-def cache_tarball() -> Path:
-    """Where the bookworm rootfs is cached, outside the repository."""
+def cache_tarball(name: str = "bookworm-rootfs") -> Path:
+    """Where a rootfs is cached, outside the repository."""
     base = os.environ.get("XCE_E2E_CACHE") or os.path.expanduser("~/.cache/xce-agent-e2e")
-    return Path(base) / "bookworm-rootfs.tar.zst"
+    return Path(base) / f"{name}.tar.zst"
 
 
 def debian_mirror() -> str:
@@ -43,39 +57,95 @@ def debian_mirror() -> str:
     raise RuntimeError("no Debian mirror found in apt's sources")
 
 
-def ensure_rootfs_cache() -> Path:
-    tarball = cache_tarball()
+def ensure_rootfs_cache(
+    suite: str = "bookworm", packages: str = PACKAGES, name: str = "bookworm-rootfs"
+) -> Path:
+    tarball = cache_tarball(name)
     if tarball.exists():
         return tarball
     tarball.parent.mkdir(parents=True, exist_ok=True)
-    build = tarball.parent / "rootfs.build"
+    build = tarball.parent / f"{name}.build"
     shutil.rmtree(build, ignore_errors=True)
+    debootstrap = ["debootstrap", "--variant=minbase", f"--include={packages}", suite]
+    subprocess.run([*debootstrap, str(build), debian_mirror()], check=True, capture_output=True)
+    _pack(build, tarball)
+    return tarball
+
+
+def ensure_controller_cache() -> Path:
+    """The bookworm rootfs plus the controller's dependencies from Debian's archive."""
+    # Named by its package list, so a changed list builds a new cache.
+    digest = hashlib.sha256(" ".join(CONTROLLER_PACKAGES).encode()).hexdigest()[:8]
+    tarball = cache_tarball(f"bookworm-controller-{digest}")
+    if tarball.exists():
+        return tarball
+    build = tarball.with_suffix(".build")
+    shutil.rmtree(build, ignore_errors=True)
+    build.mkdir(parents=True)
     subprocess.run(
-        [
-            "debootstrap",
-            "--variant=minbase",
-            f"--include={PACKAGES}",
-            "bookworm",
-            str(build),
-            debian_mirror(),
-        ],
-        check=True,
-        capture_output=True,
+        ["tar", "-C", str(build), "--zstd", "-xf", str(ensure_rootfs_cache())], check=True
     )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *CONTROLLER_PACKAGES],
+        ["apt-get", "clean"],
+    ):
+        subprocess.run(["chroot", str(build), *command], check=True, capture_output=True, env=env)
+    _pack(build, tarball)
+    return tarball
+
+
+def _pack(build: Path, tarball: Path) -> None:
     tmp = tarball.with_suffix(".tmp")
     subprocess.run(["tar", "-C", str(build), "--zstd", "-cf", str(tmp), "."], check=True)
     tmp.rename(tarball)
     shutil.rmtree(build, ignore_errors=True)
-    return tarball
 
 
-def prepare_base(tarball: Path, base: Path, deb: Path) -> None:
-    """Unpack the rootfs, install the package and cloud-init's NoCloud settings."""
+def build_debs(out: Path, root: Path | None = None) -> dict[str, Path]:
+    """Build the .debs of a tree (this one by default); their paths by package name."""
+    root = root or Path(__file__).resolve().parents[2]
+    built = subprocess.run(
+        [str(root / "packaging/build-deb.sh"), str(out)], capture_output=True, text=True, check=True
+    )
+    debs = [Path(line) for line in built.stdout.split()]
+    return {deb.name.split("_", 1)[0]: deb for deb in debs}
+
+
+def nspawn_command(root: Path, *args: str, binds: tuple[str, ...] = ()) -> list[str]:
+    """A command in `root` without booting it: this tree at /src (read-only, on PYTHONPATH)
+    and the host's network, so a server on the host's loopback is reachable."""
+    src = Path(__file__).resolve().parents[2]
+    return [
+        "systemd-nspawn",
+        "-q",
+        "-D",
+        str(root),
+        "--register=no",
+        "--keep-unit",
+        "--as-pid2",
+        f"--bind-ro={src}:/src",
+        *[f"--bind={b}" for b in binds],
+        "--chdir=/src",
+        "-E",
+        "PYTHONDONTWRITEBYTECODE=1",
+        "-E",
+        "PYTHONPATH=/src",
+        *args,
+    ]
+
+
+def prepare_base(tarball: Path, base: Path, *debs: Path) -> None:
+    """Unpack the rootfs, install the packages and cloud-init's NoCloud settings."""
     base.mkdir(parents=True)
     subprocess.run(["tar", "-C", str(base), "--zstd", "-xf", str(tarball)], check=True)
-    shutil.copy(deb, base / "tmp" / deb.name)
+    for deb in debs:
+        shutil.copy(deb, base / "tmp" / deb.name)
     subprocess.run(
-        ["chroot", str(base), "dpkg", "-i", f"/tmp/{deb.name}"], check=True, capture_output=True
+        ["chroot", str(base), "dpkg", "-i", *[f"/tmp/{deb.name}" for deb in debs]],
+        check=True,
+        capture_output=True,
     )
     (base / "etc/cloud/cloud.cfg.d/90-xce-e2e.cfg").write_text(CLOUD_CFG)
     # A unique machine id per boot comes from the overlay; keep the base's empty.
@@ -130,18 +200,13 @@ def remove_cgroup(path: Path) -> None:
 
 
 def build_image(root: Path, work: Path) -> tuple[Path, Path]:
-    """Build the .deb from the tree at `root` and a base rootfs with it installed."""
+    """Build the .debs from the tree at `root` and a base rootfs with the agent's installed;
+    the base and the xce-agent .deb."""
     tarball = ensure_rootfs_cache()
-    built = subprocess.run(
-        [str(root / "packaging/build-deb.sh"), str(work / "deb")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    deb = Path(built.stdout.strip().splitlines()[-1])
+    debs = build_debs(work / "deb", root)
     base = work / "base"
-    prepare_base(tarball, base, deb)
-    return base, deb
+    prepare_base(tarball, base, debs["python3-xce-protocol"], debs["xce-agent"])
+    return base, debs["xce-agent"]
 
 
 def chroot(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -160,6 +225,7 @@ class Machine:
         user_data: str,
         extra_binds: tuple[str, ...] = (),
         unified_cgroups: bool = False,
+        state_dir: str | None = "/var/lib/xce-agent",
     ) -> None:
         self.base = base
         self.name = name
@@ -175,6 +241,9 @@ class Machine:
         # A pure cgroup v2 hierarchy, as Debian 12 and RHEL 9 hosts have (see the cgroups
         # notes: this machine's own layout is hybrid).
         self.unified_cgroups = unified_cgroups
+        # Bound from the host so it survives reboots; None keeps it in the volatile overlay,
+        # where a package's purge can delete it (a bind mount point cannot be removed).
+        self.state_dir = state_dir
         self.proc: subprocess.Popen[bytes] | None = None
         self.cgroup: Path | None = None
         self.leader = 0
@@ -190,13 +259,14 @@ class Machine:
             str(self.base),
             "--volatile=overlay",
             f"--bind-ro={self.seed}:/var/lib/cloud/seed/nocloud",
-            f"--bind={self.state}:/var/lib/xce-agent",
             "--boot",
             "--register=no",
             "--keep-unit",
             f"--machine=xce-e2e-{self.name}-{os.getpid()}-{self.boots}",
             f"--hostname={self.name}",
         ]
+        if self.state_dir:
+            args.append(f"--bind={self.state}:{self.state_dir}")
         args += [f"--bind-ro={b}" for b in self.binds]
         # Each container in a cgroup v2 directory of its own: with --keep-unit they would
         # otherwise all build their system.slice in the same cgroup, and two agents would
@@ -259,8 +329,8 @@ class Machine:
             time.sleep(0.2)
         raise AssertionError(f"{self.name}: {what} did not happen within {timeout:.0f}s")
 
-    def show(self, *props: str) -> dict[str, str]:
-        out = self.run("systemctl", "show", "xce-agent.service", *[f"-p{p}" for p in props])
+    def show(self, *props: str, unit: str = "xce-agent.service") -> dict[str, str]:
+        out = self.run("systemctl", "show", unit, *[f"-p{p}" for p in props])
         return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
 
     def journal(self) -> str:
@@ -270,6 +340,8 @@ class Machine:
             "-b",
             "-u",
             "xce-agent.service",
+            "-u",
+            "xce-controller.service",
             "-u",
             "cloud-init.service",
             "-u",
@@ -287,3 +359,19 @@ class Machine:
         if self.cgroup is not None:
             remove_cgroup(self.cgroup)
             self.cgroup = None
+
+
+BOOT_TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-buildpackage", "nsenter", "zstd")
+
+
+def boot_marks(tools: tuple[str, ...] = BOOT_TOOLS) -> list[pytest.MarkDecorator]:
+    """The marks of an end-to-end module: e2e, and skipped with the reason without root or tools."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    return [
+        pytest.mark.e2e,
+        pytest.mark.skipif(os.geteuid() != 0, reason="end-to-end boot needs root"),
+        pytest.mark.skipif(
+            bool(missing),
+            reason=f"end-to-end boot needs {', '.join(missing)} (make e2e-deps installs them)",
+        ),
+    ]

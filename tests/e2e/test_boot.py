@@ -7,7 +7,6 @@ reason otherwise. The rootfs is cached outside the repository (see machines.cach
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,20 +17,18 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.machines import Machine, chroot, ensure_rootfs_cache, prepare_base
+from tests.e2e.machines import (
+    Machine,
+    boot_marks,
+    build_debs,
+    chroot,
+    ensure_rootfs_cache,
+    prepare_base,
+)
 from tests.integration.controller_proc import ControllerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-buildpackage", "nsenter", "zstd")
-missing = [t for t in TOOLS if shutil.which(t) is None]
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="end-to-end boot needs root"),
-    pytest.mark.skipif(
-        bool(missing),
-        reason=f"end-to-end boot needs {', '.join(missing)} (make e2e-deps installs them)",
-    ),
-]
+pytestmark = boot_marks()
 
 CLUSTER = """\
 version: 1
@@ -103,15 +100,10 @@ def token_file(cluster: Cluster, tmp: Path, iid: str, name: str) -> list[str]:
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     tarball = ensure_rootfs_cache()
     work = tmp_path_factory.mktemp("e2e-image")
-    built = subprocess.run(
-        [str(ROOT / "packaging/build-deb.sh"), str(work / "deb")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    deb = Path(built.stdout.strip().splitlines()[-1])
+    debs = build_debs(work / "deb")
+    deb = debs["xce-agent"]
     base = work / "base"
-    prepare_base(tarball, base, deb)
+    prepare_base(tarball, base, debs["python3-xce-protocol"], deb)
     yield base, deb
     shutil.rmtree(base, ignore_errors=True)
 

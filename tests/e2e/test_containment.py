@@ -9,7 +9,6 @@ identity and cgroup); `xce-agent stop` then leaves nothing of either.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -18,19 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.machines import Machine, build_image
+from tests.e2e.machines import Machine, boot_marks, build_image
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-buildpackage", "nsenter", "zstd")
-missing = [t for t in TOOLS if shutil.which(t) is None]
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="end-to-end boot needs root"),
-    pytest.mark.skipif(
-        bool(missing),
-        reason=f"end-to-end boot needs {', '.join(missing)} (make e2e-deps installs them)",
-    ),
-]
+pytestmark = boot_marks()
 
 DAEMONIZER = """\
 import os, time

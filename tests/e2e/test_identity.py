@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.e2e.machines import Machine, ensure_rootfs_cache, prepare_base
+from tests.e2e.machines import Machine, build_image
 from tests.e2e.test_boot import CLUSTER, ROOT, pytestmark, render, state_of, worker_pid
 from tests.integration.controller_proc import ControllerProcess
 
@@ -26,17 +25,8 @@ __all__ = ["pytestmark"]  # the same skips as test_boot.py
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    tarball = ensure_rootfs_cache()
     work = tmp_path_factory.mktemp("e2e-identity-image")
-    built = subprocess.run(
-        [str(ROOT / "packaging/build-deb.sh"), str(work / "deb")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    deb = Path(built.stdout.strip().splitlines()[-1])
-    base = work / "base"
-    prepare_base(tarball, base, deb)
+    base, _ = build_image(ROOT, work)
     yield base
     shutil.rmtree(base, ignore_errors=True)
 
@@ -50,15 +40,16 @@ class Controller:
         r = requests.request(method, self.ctl.url + path, timeout=10, headers=headers, **kw)
         return r.json()
 
-    def joins(self) -> int:
+    def facts(self, *kinds: str) -> list[str]:
         db = sqlite3.connect(f"file:{self.ctl.db}?mode=ro", uri=True)
         try:
-            (count,) = db.execute(
-                "SELECT COUNT(*) FROM facts WHERE kind IN ('joined', 'rejoined')"
-            ).fetchone()
+            rows = db.execute("SELECT kind FROM facts ORDER BY seq").fetchall()
         finally:
             db.close()
-        return int(count)
+        return [k for (k,) in rows if k in kinds]
+
+    def joins(self) -> int:
+        return len(self.facts("joined", "rejoined"))
 
 
 def contact(m: Machine) -> dict[str, Any]:
@@ -104,9 +95,15 @@ def test_restart_and_reboot_keep_the_host_and_a_clone_is_refused(
         m.wait_for(lambda: m.show("MainPID")["MainPID"] != main, 30, "agent restart")
         m.wait_for(lambda: "resumed as hostid" in contact(m).get("detail", ""), 30, "resumed")
         assert worker_pid(m) == pid and ctl.joins() == 1
+        # Not a shutdown: no notice, the host stays open.
+        assert ctl.facts("notice") == [] and ctl.api("GET", "/v1/hosts/hostid")["state"] == "open"
 
         # A reboot: cloud-init writes the (used) join token again; the credential carries on.
+        # The poweroff is announced (a shutdown notice closes the host); the next boot of the
+        # container, on the same kernel, is a new boot all the same (PID 1 started again), so
+        # the host reopens.
         m.shutdown()
+        assert ctl.api("GET", "/v1/hosts/hostid")["notice"]["kind"] == "shutdown"
         image_copy = {n: (m.state / n).read_bytes() for n in ("credential.json", "template.json")}
         m.boot()
         m.wait_for(lambda: worker_pid(m), 150, "worker running after the reboot")
@@ -114,6 +111,7 @@ def test_restart_and_reboot_keep_the_host_and_a_clone_is_refused(
         assert ctl.joins() == 1
         host = ctl.api("GET", "/v1/hosts/hostid")
         assert host["state"] == "open" and host["incarnation"] == 3  # join + two renewals
+        assert host["notice"] is None and host["history"][-1]["code"] == "notice_ended"
         m.wait_for(lambda: "hostid" in m.show("StatusText")["StatusText"], 30, "STATUS connected")
 
         # A second machine booted from the image taken before the reboot: stale, recorded.

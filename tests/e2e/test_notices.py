@@ -7,7 +7,6 @@ network, so the agent inside reaches it at 127.0.0.1 as it would reach 169.254.1
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -20,21 +19,12 @@ import pytest
 import requests
 import yaml
 
-from tests.e2e.machines import Machine, ensure_rootfs_cache, prepare_base
+from tests.e2e.machines import Machine, boot_marks, build_image
 from tests.integration.controller_proc import ControllerProcess
 from tests.metadata_emulator import spot
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-buildpackage", "nsenter", "zstd")
-missing = [t for t in TOOLS if shutil.which(t) is None]
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(os.geteuid() != 0, reason="end-to-end boot needs root"),
-    pytest.mark.skipif(
-        bool(missing),
-        reason=f"end-to-end boot needs {', '.join(missing)} (make e2e-deps installs them)",
-    ),
-]
+pytestmark = boot_marks()
 
 GRACE = 30.0
 CLUSTER = f"""\
@@ -51,17 +41,8 @@ notices: {{margin: 10s}}
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    tarball = ensure_rootfs_cache()
     work = tmp_path_factory.mktemp("e2e-notices-image")
-    built = subprocess.run(
-        [str(ROOT / "packaging/build-deb.sh"), str(work / "deb")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    deb = Path(built.stdout.strip().splitlines()[-1])
-    base = work / "base"
-    prepare_base(tarball, base, deb)
+    base, _ = build_image(ROOT, work)
     yield base
     shutil.rmtree(base, ignore_errors=True)
 

@@ -1,7 +1,9 @@
-"""The .deb and the .rpm build from this tree and pass lintian and rpmlint."""
+"""The .debs and the RPMs build from this tree, pass lintian and rpmlint, and each carries
+exactly its own product: python3-xce-protocol, xce-agent, xce-controller."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -9,6 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_OF = {"xce_protocol": "python3-xce-protocol", "xce_agent": "xce-agent"}
+PACKAGE_OF["xce_controller"] = "xce-controller"
 
 
 def need(*tools: str) -> pytest.MarkDecorator:
@@ -18,33 +22,51 @@ def need(*tools: str) -> pytest.MarkDecorator:
     )
 
 
+def _run(*args: str) -> str:
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+
+
+def _built(script: str, out: Path) -> dict[str, str]:
+    """Build with one of packaging/build-*.sh; the packages' paths by package name."""
+    paths = _run(str(ROOT / "packaging" / script), str(out)).split()
+    return {re.sub(r"[_-]\d.*$", "", Path(p).name): p for p in paths}
+
+
+def _packages_in(files: str) -> set[str]:
+    """Which of the three import packages a file list holds modules of."""
+    return {name for name in PACKAGE_OF if re.search(rf"/{name}/\S*\.py\b", files)}
+
+
 @need("dpkg-buildpackage", "lintian")
-def test_deb_builds_with_distro_dependencies_and_passes_lintian(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [str(ROOT / "packaging/build-deb.sh"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
+def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) -> None:
+    debs = _built("build-deb.sh", tmp_path)
+    assert set(debs) == {"python3-xce-protocol", "xce-agent", "xce-controller"}
+    depends = {name: _run("dpkg-deb", "-f", deb, "Depends") for name, deb in debs.items()}
+    for package in ("python3-click", "python3-yaml", "python3-psutil", "python3-requests"):
+        assert package in depends["xce-agent"]
+    assert "python3-sdnotify" in depends["xce-agent"]
+    assert "python3-xce-protocol (= 0.2.0)" in depends["xce-agent"]
+    assert (
+        "fastapi" not in depends["xce-agent"] and "fastapi" not in depends["python3-xce-protocol"]
     )
-    deb = Path(out.stdout.strip().splitlines()[-1])
-    depends = subprocess.run(
-        ["dpkg-deb", "-f", str(deb), "Depends"], capture_output=True, text=True, check=True
-    ).stdout
-    for package in (
-        "python3-click",
-        "python3-yaml",
-        "python3-psutil",
-        "python3-requests",
-        "python3-sdnotify",
+    for package in ("python3-fastapi", "python3-pydantic", "python3-uvicorn"):
+        assert package in depends["xce-controller"]
+    files = {name: _run("dpkg-deb", "-c", deb) for name, deb in debs.items()}
+    for name, listing in files.items():
+        assert {PACKAGE_OF[p] for p in _packages_in(listing)} == {name}, name
+    assert "lib/systemd/system/xce-agent.service" in files["xce-agent"]
+    assert "usr/share/man/man1/xce-agent.1.gz" in files["xce-agent"]
+    assert "./usr/bin/xce-agent" in files["xce-agent"] and "xcecli" not in files["xce-agent"]
+    for path in (
+        "lib/systemd/system/xce-controller.service",
+        "./etc/xce/controller.yaml",
+        "./usr/bin/xcecli",
+        "./usr/bin/xce-controller",
+        "xce_controller-0.2.0.dist-info/RECORD",
     ):
-        assert package in depends
-    assert "fastapi" not in depends
-    files = subprocess.run(
-        ["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True
-    ).stdout
-    assert "lib/systemd/system/xce-agent.service" in files
-    assert "usr/share/man/man1/xce-agent.1.gz" in files
-    assert "xce_agent/controller/" not in files
+        assert path in files["xce-controller"]
+    scripts = _run("dpkg-deb", "-I", debs["xce-agent"], "prerm")
+    assert 'if [ "$1" = "remove" ]' in scripts and "xce-agent stop" in scripts
     changes = next(tmp_path.glob("*.changes"))
     lint = subprocess.run(
         ["lintian", "-I", "-E", "--pedantic", "--fail-on", "warning", str(changes)],
@@ -55,17 +77,12 @@ def test_deb_builds_with_distro_dependencies_and_passes_lintian(tmp_path: Path) 
 
 
 @need("rpmbuild", "rpmlint")
-def test_rpm_builds_with_its_requires_and_passes_rpmlint(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [str(ROOT / "packaging/build-rpm.sh"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    rpm = out.stdout.strip().splitlines()[-1]
-    requires = subprocess.run(
-        ["rpm", "-qp", "--requires", rpm], capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Path) -> None:
+    rpms = _built("build-rpm.sh", tmp_path)
+    assert set(rpms) == {"python3-xce-protocol", "xce-agent", "xce-controller"}
+    requires = {n: _run("rpm", "-qp", "--requires", r).splitlines() for n, r in rpms.items()}
+    for name in rpms:
+        assert "python(abi) = 3.9" in requires[name], requires[name]
     for package in (
         "python3 >= 3.9",
         "python3-click",
@@ -73,18 +90,30 @@ def test_rpm_builds_with_its_requires_and_passes_rpmlint(tmp_path: Path) -> None
         "python3-psutil",
         "python3-requests",
         "python3-sdnotify",
+        "python3-xce-protocol = 0.2.0",
         "systemd",
     ):
-        assert package in requires
-    files = subprocess.run(["rpm", "-qpl", rpm], capture_output=True, text=True, check=True).stdout
-    assert "/usr/lib/systemd/system/xce-agent.service" in files
-    assert "/var/lib/xce-agent" in files and "xce_agent/controller/" not in files
-    scripts = subprocess.run(
-        ["rpm", "-qp", "--scripts", rpm], capture_output=True, text=True, check=True
-    ).stdout
+        assert package in requires["xce-agent"]
+    assert not [r for r in requires["xce-agent"] if "fastapi" in r]
+    assert "python3-fastapi >= 0.92" in requires["xce-controller"]
+    files = {name: _run("rpm", "-qpl", rpm) for name, rpm in rpms.items()}
+    for name, listing in files.items():
+        assert {PACKAGE_OF[p] for p in _packages_in(listing)} == {name}, name
+        assert "python3.11" not in listing and "/usr/lib/python3.9/site-packages/" in listing
+    assert "/usr/lib/systemd/system/xce-agent.service" in files["xce-agent"]
+    assert "/var/lib/xce-agent" in files["xce-agent"]
+    assert "/usr/lib/systemd/system/xce-controller.service" in files["xce-controller"]
+    unpacked = tmp_path / "unpacked"
+    unpacked.mkdir()
+    archive = subprocess.run(["rpm2cpio", rpms["xce-agent"]], capture_output=True, check=True)
+    subprocess.run(["cpio", "-idm", "--quiet"], input=archive.stdout, cwd=unpacked, check=True)
+    # The target's interpreter, not the build host's.
+    assert (unpacked / "usr/bin/xce-agent").read_text().splitlines()[0] == "#!/usr/bin/python3"
+    scripts = _run("rpm", "-qp", "--scripts", rpms["xce-agent"])
     assert "try-restart xce-agent.service" in scripts
+    assert "xce-agent stop" in scripts and "rm -rf" not in scripts  # erase keeps the state
     lint = subprocess.run(
-        ["rpmlint", "-c", str(ROOT / "packaging/rpm/rpmlint.toml"), rpm],
+        ["rpmlint", "-c", str(ROOT / "packaging/rpm/rpmlint.toml"), *rpms.values()],
         capture_output=True,
         text=True,
     )

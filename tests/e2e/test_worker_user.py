@@ -8,6 +8,7 @@ nowhere (environment, disk, the worker's descriptors and /proc entries).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -37,11 +38,12 @@ auth: {{join_token: {TOKEN}}}
 templates:
   default: {{slots: 2}}
 """
-# Everything a job could try, as the worker's user; none of it may print the token.
+# Everything a job could try, as the worker's user; none of it may print the join token, the
+# host credential or the worker's credential.
 PROBE = (
-    "id -un; env; cat /var/lib/xce-agent/credential /var/lib/xce-agent/state.json; "
-    'for f in /proc/$PPID/fd/*; do cat "$f"; done; cat /proc/$PPID/environ; '
-    "cat /etc/xce/join-token; true"
+    "id -un; env; cat /var/lib/xce-agent/credential.json /var/lib/xce-agent/state.json; "
+    'for f in /proc/$PPID/fd/*; do cat "$f" </dev/null; done; cat /proc/$PPID/environ; '
+    "cat /proc/$PPID/mem; ls -l /proc/$$/fd/; cat /etc/xce/join-token; true"
 )
 
 pytestmark = test_boot.pytestmark  # root and the e2e tools, or skipped with the reason
@@ -95,8 +97,21 @@ def test_worker_as_a_user_reads_its_template_and_jobs_never_see_the_token(
         m.wait_for(lambda: job_state() == "done", 60, "job done")
         journal = m.journal()
         assert f"xce-worker: {USER}" in journal  # the probe's `id -un`, through the worker's output
-        assert TOKEN not in journal
+        assert "credential.json: Permission denied" in journal  # the probe ran its reads
+        stored = json.loads((m.state / "credential.json").read_text())
+        for secret in (TOKEN, stored["secret"], stored["worker_secret"]):
+            assert secret and secret not in journal
+        assert "memfd" not in journal  # no descriptor of the worker's reached the job
         assert TOKEN not in (m.state / "state.json").read_text()
+        # The worker's credential registers no host and speaks for its host only in its watch
+        # and job reports (the job above went through them).
+        auth = {"Authorization": f"Bearer {stored['worker_secret']}"}
+        fake = requests.post(ctl.url + "/v1/join", json={"host": "fake1"}, headers=auth, timeout=10)
+        assert fake.status_code == 401
+        beat = requests.post(
+            ctl.url + "/v1/hosts/hostw/heartbeat", json={}, headers=auth, timeout=10
+        )
+        assert beat.json()["error"] == "unknown_credential"
     except BaseException:
         (tmp_path / "journal.txt").write_text(m.journal())
         sys.stderr.write(f"--- journal ---\n{m.journal()[-4000:]}\n")

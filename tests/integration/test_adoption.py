@@ -294,3 +294,15 @@ def test_a_shared_directory_as_state_directory_is_refused_untouched(host: HostAg
     host.start()
     wait_for(lambda: host.running_pid("worker"))
     assert (shared.stat().st_mode & 0o777, shared.stat().st_uid) == (0o700, 0)
+
+
+def test_limits_that_cannot_be_enforced_are_said_so_in_status(host: HostAgent) -> None:
+    """No cgroup and no systemd (a plain shell): the limits are not enforced, never silently."""
+    host.write({"worker": (SLEEPER, "limits: {memory_max: 64M, tasks_max: 10}")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    status = host.cli("status").stdout
+    assert "containment: process groups" in status
+    assert "limits: NOT enforced: no cgroup (process groups)" in status
+    assert "worker: limits NOT enforced" in host.log()
+    assert host.cli("stop", "--timeout", "20").returncode == 0

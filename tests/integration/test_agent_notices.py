@@ -212,3 +212,58 @@ def test_os_shutdown_with_the_controller_gone_still_stops_the_worker(
     assert time.monotonic() - started < 15  # the notice is bounded, then the usual stop
     assert agent.worker()["phase"] == "stopped"
     assert "notice retry, no final report" in agent.log()
+
+
+def test_status_shows_the_pending_notice_and_nothing_once_it_ended(world: World) -> None:
+    agent = world.agent("aws")
+
+    def status(*args: str) -> str:
+        command = [sys.executable, "-m", "xce_agent", "status", "--config", str(agent.config)]
+        done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def pending() -> list[dict[str, Any]]:
+        notices: list[dict[str, Any]] = json.loads(status("--json"))["notices"]
+        return notices
+
+    spot_path = "/latest/meta-data/spot/instance-action"
+    assert world.emulator.wait_for(lambda st: ("GET", spot_path) in st.requests, 10)
+    assert "notice:" not in status() and pending() == []
+    when = time.time() + 120
+    applied = world.emulator.change(spot(when))
+    wait_for(lambda: pending() != [], timeout=10)
+    [shown] = pending()
+    assert (shown["kind"], shown["provider"], shown["event_id"]) == (
+        "preemption",
+        "aws",
+        "aws-spot",
+    )
+    assert abs(shown["deadline"] - int(when)) <= 1
+    assert applied.wall - 1 <= shown["since"] <= time.time()
+    acts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(shown["deadline"]))
+    assert f"notice:      preemption [aws aws-spot]: platform acts at {acts} (in " in status()
+    world.emulator.change({"aws.spot": None})
+    wait_for(lambda: pending() == [], timeout=10)
+    assert "notice:" not in status()
+
+
+def test_a_job_requeued_ahead_of_a_spot_notice_is_stopped_on_the_old_host(world: World) -> None:
+    import psutil
+
+    world.agent("aws", worker=SAMPLE_WORKER)
+    marker = "600.25"  # a duration no other process uses: the job's copy is found by it
+    world.api("POST", "/v1/jobs", json={"command": ["sleep", marker], "host": "node1"})
+    wait_for(lambda: world.api("GET", "/v1/jobs")[0]["state"] == "running", timeout=20)
+
+    def copies() -> int:
+        return sum(
+            1 for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", marker]
+        )
+
+    assert copies() == 1
+    world.emulator.change(spot(time.time() + 11))  # requeued at deadline - margin: in 1 s
+    wait_for(lambda: world.api("GET", "/v1/jobs")[0]["requeues"] == 1, timeout=15)
+    wait_for(lambda: copies() == 0, timeout=15)  # the old host's copy no longer runs
+    [job] = world.api("GET", "/v1/jobs")
+    assert job["state"] == "pending" and "preemption notice (aws)" in job["note"]

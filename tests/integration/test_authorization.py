@@ -48,6 +48,8 @@ BEARERS = (
     "read",
     "own",
     "own worker",
+    "other worker",
+    "stale worker",
 )
 
 # A valid request of each operation, in a world where h1 (unprovisioned, joined twice from
@@ -149,6 +151,7 @@ class World:
         self.ctl = Controller(load_cluster_config(cfg_path), Store(tmp / "db"))
         self.app = create_app(self.ctl)
         stale = self.join("h1", JOIN)
+        stale_worker = self.worker  # replaced by the next join of h1
         self.credential = self.join("h1", stale)
         worker = self.worker
         self.bearers = {
@@ -162,6 +165,8 @@ class World:
             "read": READ,
             "own": self.credential,
             "own worker": worker,
+            "other worker": self.worker,  # h2's, from its join above
+            "stale worker": stale_worker,
         }
         expect = {"instance_id": "i-3", "template": "default", "expected_name": "h3"}
         self.call("post", "/v1/expected", expect, ADMIN)

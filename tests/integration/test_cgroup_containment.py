@@ -8,6 +8,7 @@ hierarchy exists.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -19,11 +20,12 @@ import pytest
 
 from tests.integration.helpers import alive, wait_for
 from tests.integration.hostagent import HostAgent, wait_alive
-from xce_agent.supervision.cgroups import _cgroup2_mount
+from xce_agent.supervision.cgroups import cgroup2_mount
+from xce_agent.supervision.identity import mismatch, observe
 
 
 def _usable_root() -> Path | None:
-    mount = _cgroup2_mount()
+    mount = cgroup2_mount()
     if mount is None or os.geteuid() != 0 or not os.access(mount, os.W_OK):
         return None
     return mount
@@ -214,3 +216,81 @@ def test_a_component_that_exec_d_since_the_last_save_is_adopted_by_its_cgroup(
     assert "leftover" not in host.log()
     assert host.cli("stop", "--timeout", "20").returncode == 0
     assert not alive(worker)
+
+
+@pytest.mark.parametrize("forged_cgroup", ["", "component-worker"])
+def test_a_state_forged_with_an_unrelated_process_s_exact_identity_is_not_adopted(
+    host: HostAgent, cgroup: Path, tmp_path: Path, forged_cgroup: str
+) -> None:
+    """Root forges state.json with the exact identity of a live process the agent never
+    started (same program, pid, start ticks, boot, exe, command line, digest). With no
+    recorded cgroup it used to be moved into the component's cgroup and adopted; sitting
+    in a foreign cgroup that merely ends in component-worker, it used to pass as inside."""
+    assert ROOT is not None
+    host.write({"worker": ("import time\ntime.sleep(600)\n", "stop_timeout: 2s")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    own = host.running_pid("worker")
+    recorded = host.component("worker")["identity"]
+    host.detach()
+    assert own is not None
+    os.kill(own, signal.SIGKILL)
+    wait_for(lambda: not alive(own))
+
+    foreign = ROOT / f"xce-foreign-{os.getpid()}-{tmp_path.name}"
+    (foreign / "component-worker").mkdir(parents=True)
+    try:
+        # Its own session: an agent that took it for the worker signals its group only.
+        stranger = subprocess.Popen(
+            [sys.executable, str(tmp_path / "worker.py")], start_new_session=True
+        )
+        host.strays.append(stranger.pid)
+        if forged_cgroup:
+            (foreign / "component-worker" / "cgroup.procs").write_text(str(stranger.pid))
+        before = Path(f"/proc/{stranger.pid}/cgroup").read_text()
+        wait_for(lambda: "worker.py" in Path(f"/proc/{stranger.pid}/cmdline").read_text())
+        forged = observe(stranger.pid, tuple(recorded["command"]), recorded["digest"])
+        identity = {**forged.to_json(), "cgroup": forged_cgroup}
+        assert mismatch(forged) == ""  # exact: every recorded field matches the live process
+        state = host.state()
+        state["components"][0].update(identity=identity, pid=stranger.pid, phase="running")
+        (host.state_dir / "state.json").write_text(json.dumps(state))
+
+        host.start()
+        wait_for(lambda: host.running_pid("worker") not in (None, stranger.pid))
+        said = f"worker: recorded process {stranger.pid} is gone (in cgroup"
+        assert said in host.log()  # the forged record was read, and judged
+        assert "not in the component's cgroup" in host.log()
+        assert f"adopted running process {stranger.pid}" not in host.log()
+        assert alive(stranger.pid)
+        assert Path(f"/proc/{stranger.pid}/cgroup").read_text() == before  # never moved
+        worker = host.running_pid("worker")
+        assert worker is not None and worker in members(cgroup / "component-worker")
+
+        # The agent still works: stop takes its own worker down, and nothing else.
+        stop = host.cli("stop", "--timeout", "30")
+        assert stop.returncode == 0, stop.stderr
+        assert not alive(worker) and alive(stranger.pid)
+    finally:
+        with contextlib.suppress(NameError):
+            stranger.kill()
+            stranger.wait()
+        _remove_tree(foreign)
+
+
+def test_limits_without_their_controller_are_said_to_be_not_enforced(
+    host: HostAgent, cgroup: Path
+) -> None:
+    """A cgroup without the memory and pids controllers (this project's CI machine binds them
+    to cgroup v1): the limits cannot be enforced, and status says which."""
+    host.write({"worker": ("import time\ntime.sleep(600)\n", "limits: {memory_max: 64M}")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    status = host.cli("status").stdout
+    controllers = (cgroup / "cgroup.controllers").read_text().split()
+    if "memory" in controllers:
+        assert f"limits: enforced in {cgroup / 'component-worker'}" in status
+        assert (cgroup / "component-worker" / "memory.max").read_text() == f"{64 * 1024**2}\n"
+    else:
+        assert f"limits: memory_max NOT enforced (no such controller in {cgroup})" in status
+    assert host.cli("stop", "--timeout", "20").returncode == 0

@@ -140,6 +140,18 @@ def test_gce_preemption_arrives_by_long_poll_not_by_polling(emulator: Emulator) 
     assert latency < 5.0
 
 
+def test_gce_server_ignoring_wait_for_change_is_paced_not_spun(emulator: Emulator) -> None:
+    emulator.change({"fault": {"no_wait": True}})
+    with watching("gce", emulator.url, interval=0.5) as (_, got):
+        assert until(lambda: emulator.count("GET", "/computeMetadata/v1/instance/") >= 4)
+        before = emulator.count("GET", "/computeMetadata/v1/instance/")
+        time.sleep(2.0)  # a measuring window, not a synchronisation
+        asked = emulator.count("GET", "/computeMetadata/v1/instance/") - before
+        assert asked <= 2 * (2.0 / 0.5 + 2)  # two keys, once per interval each: not a spin
+        emulator.change({"gce.instance/preempted": "TRUE"})
+        assert got.next(timeout=5.0).kind is NoticeKind.PREEMPTION
+
+
 def test_gce_maintenance_migrate_then_back_to_none(emulator: Emulator) -> None:
     with watching("gce", emulator.url, interval=30.0) as (_, got):
         emulator.change({"gce.instance/maintenance-event": "MIGRATE_ON_HOST_MAINTENANCE"})
@@ -178,12 +190,18 @@ def test_azure_preempt_for_this_vm_is_a_notice_and_is_approved(emulator: Emulato
     when = time.time() + 30
     with watching("azure", emulator.url) as (watcher, got):
         emulator.change({"azure.events": [azure_event("Reboot", ["vm7"], when)]})
-        assert until(lambda: emulator.count("GET", "/metadata/scheduledevents") >= 3)
-        assert got.none_within(0.5)  # another VM's event
+        asked = emulator.count("GET", "/metadata/scheduledevents")
+        assert until(lambda: emulator.count("GET", "/metadata/scheduledevents") >= asked + 2)
+        assert got.none_within(0.5)  # another VM's event, read twice
+        # Shared with vm7: a notice, but approving it would release vm7's eviction too.
         emulator.change({"azure.events": [azure_event("Preempt", ["vm0", "vm7"], when)]})
         notice = got.next()
         assert notice.kind is NoticeKind.PREEMPTION
         assert notice.deadline == pytest.approx(int(when), abs=1)
+        assert watcher.acknowledge([notice.event_id])  # settled: never to be approved
+        assert emulator.count("POST", "/metadata/scheduledevents") == 0
+        emulator.change({"azure.events": [azure_event("Preempt", ["vm0"], when)]})
+        assert got.next().deadline == pytest.approx(int(when), abs=1)  # changed: now alone
         assert watcher.acknowledge([notice.event_id])
     assert emulator.state.approvals == ["Preempt-0001"]
 
@@ -191,8 +209,19 @@ def test_azure_preempt_for_this_vm_is_a_notice_and_is_approved(emulator: Emulato
 # --- a metadata service absent, slow or answering garbage ---------------------------------
 
 
+FAULTS = [
+    {"status": 500},
+    {"delay": 2.5},
+    {"garbage": True},
+    {"redirect": True},
+    {"huge": True},
+    {"deep": True},
+    {"drip": True},
+]
+
+
 @pytest.mark.parametrize(
-    "fault", [{"status": 500}, {"delay": 2.5}, {"garbage": True}], ids=["5xx", "slow", "garbage"]
+    "fault", FAULTS, ids=["5xx", "slow", "garbage", "redirect", "huge", "deep", "drip"]
 )
 @pytest.mark.parametrize("provider", ["aws", "gce", "azure"])
 def test_bad_metadata_is_logged_once_and_the_watch_recovers(
@@ -206,10 +235,13 @@ def test_bad_metadata_is_logged_once_and_the_watch_recovers(
         return sum(r.levelno >= logging.WARNING for r in caplog.records)
 
     with watching(provider, emulator.url) as (_, got):
-        # 2.5 s is an ordinary wait for a GCE long-poll (it waits up to 60 s by design).
-        long_poll_waits = provider == "gce" and "delay" in fault
-        assert until(lambda: len(emulator.state.requests) >= sources * 2, timeout=20)
-        if not long_poll_waits:
+        # 2.5 s, or a drip, is an ordinary wait for a GCE long-poll (up to 65 s by design),
+        # and for Azure's first call, which enables the service (up to 2 min).
+        slow = "delay" in fault or "drip" in fault
+        waits = (provider == "gce" and slow) or (provider == "azure" and "drip" in fault)
+        asked = sources if provider == "gce" and slow else sources * 2  # azure: name, events
+        assert until(lambda: len(emulator.state.requests) >= asked, timeout=20)
+        if not waits:
             assert until(lambda: warnings() >= 1)
             retried = lambda: any("still unavailable" in r.message for r in caplog.records)  # noqa: E731
             assert until(retried, timeout=20)  # retried, and not warned again
@@ -230,11 +262,14 @@ def test_absent_metadata_service_is_logged_once(caplog: pytest.LogCaptureFixture
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
     caplog.set_level(logging.DEBUG, logger="xce_agent.cloud")
-    with watching("aws", f"http://127.0.0.1:{port}") as (watcher, _):
+    with watching("aws", f"http://127.0.0.1:{port}") as (watcher, got):
         assert until(lambda: sum("still unavailable" in r.message for r in caplog.records) >= 6)
         warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(warned) == len(aws_sources(BoundedHttp(), ""))
         assert all(t.is_alive() for t in watcher._threads)
+        with Emulator(port=port) as em:  # the service comes up: the next notice is obeyed
+            em.change(spot(time.time() + 120))
+            assert got.next(timeout=WAIT + 10).kind is NoticeKind.PREEMPTION
 
 
 # --- the bounded client itself -------------------------------------------------------------

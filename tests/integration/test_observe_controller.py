@@ -26,12 +26,13 @@ host_loss_grace: 30s
 agent_max_restart_backoff: 1s
 rejoin_allowance: 1s
 defaults: {join_deadline: 10m, drain_timeout: 1s, drain_policy: requeue}
-auth: {admin_token: adm1n, read_token: r3ad}
+auth: {admin_token: adm1n, read_token: r3ad, join_token: j0in-t0ken}
 templates:
   default: {slots: 2}
   gpu: {slots: 8}
 """
 ADMIN = {"Authorization": "Bearer adm1n"}
+JOIN = {"Authorization": "Bearer j0in-t0ken"}
 READ = {"Authorization": "Bearer r3ad"}
 
 
@@ -76,7 +77,8 @@ def story_setup(ctl: EmbeddedController) -> None:
         "/v1/expected",
         {"instance_id": "i-1", "template": "gpu", "expected_name": "gpu1"},
     )
-    r = requests.post(ctl.url + "/v1/join", json={"host": "gpu1", "instance_id": "i-1"}, timeout=10)
+    body = {"host": "gpu1", "instance_id": "i-1"}
+    r = requests.post(ctl.url + "/v1/join", json=body, headers=JOIN, timeout=10)
     assert r.status_code == 200
     call(ctl, "POST", "/v1/jobs", {"command": ["sleep", "60"], "slots": 1})
     call(ctl, "POST", "/v1/hosts/gpu1/decommission", {"reason": "scale in"})

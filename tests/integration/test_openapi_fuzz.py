@@ -41,12 +41,23 @@ schema = schema.exclude(path_regex="watch|events")
 
 
 @schema.parametrize()  # type: ignore[untyped-decorator]
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized: the same cases every run, so a red build names a real change, not a new draw.
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_api_conforms_to_its_schema(case: Any) -> None:
     cfg = app().state.controller.cfg  # type: ignore[attr-defined]
     token = cfg.join_token if case.path == "/v1/join" else cfg.admin_token
     meta = case._meta
     if meta is not None and meta.is_negative_at(ParameterLocation.HEADER):
-        case.call_and_validate()  # a case without (or with a broken) Authorization header
+        headers = None  # a case without (or with a broken) Authorization header
+    else:
+        headers = {"Authorization": f"Bearer {token}"}
+    response = case.call(headers=headers)
+    sent = response.request.body or b""
+    sent = sent.encode() if isinstance(sent, str) else sent
+    if response.status_code == 413:
+        # Over limits.max_request_body: refused before it is read, whatever it holds (which
+        # the schema cannot say), with the documented error body.
+        assert len(sent) > cfg.max_request_body, len(sent)
+        assert response.json()["error"] == "too_large"
         return
-    case.call_and_validate(headers={"Authorization": f"Bearer {token}"})
+    case.validate_response(response, headers=headers)

@@ -283,15 +283,22 @@ def test_http_probe_follows_the_status_code() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        ok = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/healthz", timeout=2))
-        bad = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/other", timeout=2))
+        # Generous timeouts: the probe's own deadline is not what this test measures.
+        ok = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/healthz", timeout=10))
+        bad = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/other", timeout=10))
         assert ok == (True, "http probe got status 200")
         assert bad == (False, "http probe got status 503")
     finally:
         server.shutdown()
         server.server_close()
-    gone = run_probe(ProbeSpec(ProbeKind.HTTP, url=base, timeout=1))
-    assert gone[0] is False and gone[1].startswith("http probe failed")
+    # A port bound but not listening refuses connections, and nobody else can take it meanwhile
+    # (a port merely closed may be reused by another process, which then answers the probe).
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        gone = run_probe(
+            ProbeSpec(ProbeKind.HTTP, url=f"http://127.0.0.1:{held.getsockname()[1]}", timeout=1)
+        )
+    assert gone[0] is False and gone[1].startswith("http probe failed"), gone
 
 
 def test_a_removed_component_added_back_runs_again(make: Callable[..., Harness]) -> None:
@@ -339,3 +346,37 @@ def test_an_exec_probe_runs_as_the_component_user_and_leaves_nothing(tmp_path: P
     ok, detail = run_probe(ProbeSpec(ProbeKind.EXEC, command=command, user="nobody", timeout=5))
     assert ok, detail  # it ran, as nobody
     wait_for(lambda: not _running_with_arg(f"sleep 6{marker}"), 5)
+
+
+def test_a_start_waits_while_the_previous_scope_is_still_known_to_systemd() -> None:
+    """systemd keeps an emptied scope for a few ms, and the same unit name cannot start
+    again until then: the start is deferred (not blocked on), then goes ahead."""
+    from xce_agent.supervision.process import ProcessRunner
+
+    class LingeringScope(ProcessRunner):
+        asked = 0
+
+        def ready(self, spec: ComponentSpec) -> bool:
+            self.asked += 1
+            return self.asked > 5
+
+    runner = LingeringScope()
+    reactor = Reactor()
+    spec = ComponentSpec("c", (PY, "-c", "import time; time.sleep(60)"), restart=FAST)
+    sup = Supervisor([spec], reactor, runner)
+    try:
+        sup.start("c")
+        assert sup.state("c").phase is Phase.STARTING and runner.asked == 1
+        deadline = time.monotonic() + 10
+        while sup.state("c").phase is not Phase.RUNNING and time.monotonic() < deadline:
+            reactor.run_once(max_wait=0.05)
+        assert sup.state("c").phase is Phase.RUNNING and runner.asked == 6
+        pid = sup.state("c").pid
+        assert pid is not None and alive(pid)
+        sup.stop("c")
+        while sup.state("c").phase is not Phase.STOPPED and time.monotonic() < deadline:
+            reactor.run_once(max_wait=0.05)
+        assert not alive(pid)
+    finally:
+        sup.close()
+        reactor.close()

@@ -41,12 +41,13 @@ host_loss_grace: 60s
 agent_max_restart_backoff: 1s
 rejoin_allowance: 1s
 defaults: {join_deadline: 10m, drain_timeout: 2s, drain_policy: requeue}
-auth: {admin_token: adm1n, read_token: r3ad}
+auth: {admin_token: adm1n, read_token: r3ad, join_token: j0in-t0ken}
 templates:
   default: {slots: 2}
   gpu: {slots: 8}
 """
 ADMIN = {"Authorization": "Bearer adm1n"}
+JOIN = {"Authorization": "Bearer j0in-t0ken"}
 
 
 def admin(ctl: EmbeddedController, method: str, path: str, body: Any = None) -> Any:
@@ -57,7 +58,8 @@ def admin(ctl: EmbeddedController, method: str, path: str, body: Any = None) -> 
 
 def join(ctl: EmbeddedController, name: str, instance: str = "") -> None:
     body = {"host": name, "instance_id": instance}
-    assert requests.post(ctl.url + "/v1/join", json=body, timeout=10).status_code == 200
+    r = requests.post(ctl.url + "/v1/join", json=body, headers=JOIN, timeout=10)
+    assert r.status_code == 200, r.text
 
 
 @pytest.fixture
@@ -76,7 +78,13 @@ def ctl(tmp_path: Path) -> Iterator[EmbeddedController]:
         {"instance_id": "i-late", "template": "gpu", "deadline_in": 0.5},
     )
     admin(ctl, "POST", "/v1/jobs", {"command": ["sleep", "60"], "slots": 1, "host": "gpu1"})
-    wait_for(lambda: admin(ctl, "GET", "/v1/hosts/i-late")["state"] == "overdue")
+
+    # A record not joined yet has no host name: it is found by its instance id in the list.
+    def late() -> str:
+        states = {h["instance_id"]: h["state"] for h in admin(ctl, "GET", "/v1/expected")}
+        return str(states["i-late"])
+
+    wait_for(lambda: late() == "overdue")
     yield ctl
     ctl.stop()
 

@@ -57,7 +57,9 @@ def test_worker_user_reads_template_and_credential_and_nobody_else_does(base: Pa
         f'cd {out} && id -u > uid && cat "$XCE_TEMPLATE_FILE" > template '
         '&& cat "$XCE_CREDENTIAL_FILE" > credential '
         '&& { cat "$(dirname "$XCE_TEMPLATE_FILE")/state.json" > state 2>&1 || touch no-state; } '
-        "&& { env | grep -c s3cret > env-token || true; } && exec sleep 600"
+        # Written aside and renamed: the test waits for env-token, then reads it whole.
+        "&& { env | grep -c s3cret > env-token.new || true; } && mv env-token.new env-token "
+        "&& exec sleep 600"
     )
     server = FakeController(lambda x: None, ())
     agent = AgentProcess(
@@ -117,8 +119,21 @@ def test_jobs_never_see_the_credential(tmp_path: Path) -> None:
         worker_env = _environ(agent.worker_pid() or 0)
         assert TOKEN not in json.dumps(worker_env)
         assert worker_env["XCE_CREDENTIAL_FILE"].startswith("/dev/fd/")
+        stored = json.loads((agent.dir / "state" / "credential.json").read_text())
+        host_secret, worker_secret = stored["secret"], stored["worker_secret"]
+        assert worker_secret and worker_secret != host_secret
+        assert host_secret not in json.dumps(worker_env)
+        # The worker was handed its own credential (an inherited in-memory file), nothing else.
+        worker_fd = worker_env["XCE_CREDENTIAL_FILE"].removeprefix("/dev/fd/")
+        assert (
+            os.readlink(f"/proc/{agent.worker_pid()}/fd/{worker_fd}").startswith(
+                "/memfd:xce-credential"
+            )
+            or not Path(f"/proc/{agent.worker_pid()}/fd/{worker_fd}").exists()
+        )  # read and closed
         seen = tmp_path / "job-env"
-        command = ["/bin/sh", "-c", f'env > {seen}; echo "token=$XCE_TOKEN" >> {seen}']
+        probe = f'env > {seen}; echo "token=$XCE_TOKEN" >> {seen}; ls -l /proc/$$/fd/ >> {seen}'
+        command = ["/bin/sh", "-c", probe]
         job = _api(ctl, "POST", "/v1/jobs", json={"command": command, "host": "node1"})
 
         # "done" needs the worker's own reports, which the controller takes only with the token.
@@ -128,9 +143,31 @@ def test_jobs_never_see_the_credential(tmp_path: Path) -> None:
             )
 
         wait_for(lambda: state() == "done", 20)
-        text = seen.read_text()
+        text = seen.read_text(errors="replace")
         assert TOKEN not in text and "XCE_CREDENTIAL_FILE" not in text
         assert "XCE_JOB_ID=" in text and "XCE_TEMPLATE_FILE" not in text
+        # No descriptor of the worker's reached the job: not its credential file, not any.
+        assert " -> " in text  # the job listed its descriptors
+        assert worker_secret not in text and host_secret not in text and "memfd" not in text
+
+        # What the worker credential can do: its host's watch and job reports, nothing else.
+        def call(method: str, path: str, **kw: Any) -> tuple[int, str]:
+            auth = {"Authorization": f"Bearer {worker_secret}"}
+            r = requests.request(method, ctl.url + path, headers=auth, timeout=10, **kw)
+            return r.status_code, r.json().get("error", "") if r.status_code >= 400 else ""
+
+        assert call("GET", "/v1/hosts/node1/watch?timeout=0") == (200, "")
+        assert call("POST", "/v1/join", json={"host": "fake1"}) == (401, "unauthorized")
+        assert call("POST", "/v1/join", json={"host": "node1", "instance_id": "i-1"}) == (
+            401,
+            "unauthorized",
+        )
+        assert call("POST", "/v1/hosts/node1/heartbeat", json={}) == (401, "unknown_credential")
+        notice = {"kind": "shutdown"}
+        assert call("POST", "/v1/hosts/node1/notice", json=notice) == (401, "unknown_credential")
+        assert call("GET", "/v1/hosts") == (401, "unauthorized")
+        hosts = _api(ctl, "GET", "/v1/hosts")
+        assert [h["name"] for h in hosts] == ["node1"] and hosts[0]["state"] == "open"
     finally:
         agent.stop()
         ctl.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -157,3 +158,42 @@ def test_rendered_user_data_without_cloud_notices_has_no_cloud_section() -> None
 
     assert agent_config(UserData("http://c"))["cloud"] == {"provider": "auto"}
     assert "cloud" not in agent_config(UserData("http://c", cloud_provider="none"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"v1": "aws"}', "no cloud_name in that file"),
+        ('{"v1": ["aws"]}', "no cloud_name in that file"),
+        ("[1, 2]", "no cloud_name in that file"),
+        ('{"v1": {"cloud_name": 7}}', "no cloud_name in that file"),
+        ("[" * 100000 + "]" * 100000, "an unreadable file"),
+    ],
+    ids=["v1-string", "v1-list", "list", "number", "deep"],
+)
+def test_instance_data_of_the_wrong_shape_is_a_config_error_not_a_crash(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    data = tmp_path / "instance-data.json"
+    data.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(config(tmp_path, "cloud: {provider: auto}\n"), instance_data=data)
+
+
+def test_instance_data_that_is_a_fifo_does_not_hang_the_config(tmp_path: Path) -> None:
+    data = tmp_path / "instance-data.json"
+    os.mkfifo(data)
+    with pytest.raises(ConfigError, match="an unreadable file"):
+        load_config(config(tmp_path, "cloud: {provider: auto}\n"), instance_data=data)
+
+
+def test_instance_id_auto_from_instance_data_of_the_wrong_shape_is_a_config_error(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "instance-data.json"
+    data.write_text('{"v1": "i-1"}')
+    text = config(tmp_path, "").read_text().replace("id: i-1", "id: auto")
+    path = tmp_path / "auto.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="no instance_id in that file"):
+        load_config(path, instance_data=data)

@@ -241,9 +241,26 @@ def test_tracker_reports_new_changed_and_ended_notices_once() -> None:
     [first] = tracker.update("preempted", obs, now=1000.0)
     assert first.deadline == 1030.0 and first.state is NoticeState.ACTIVE
     assert tracker.update("preempted", obs, now=1010.0) == []  # re-read: not news, same time
+    assert tracker.update("preempted", [], now=1015.0) == []  # one answer without it: not yet
     [ended] = tracker.update("preempted", [], now=1020.0)
     assert ended.state is NoticeState.ENDED and ended.event_id == "gce-preempted"
     assert tracker.update("preempted", [], now=1021.0) == []
+    tracker.update("preempted", obs, now=1030.0)
+    [ended] = tracker.update("preempted", [], now=1031.0, end_after=1)  # a long-poll's word
+    assert ended.state is NoticeState.ENDED
+
+
+def test_tracker_an_event_missing_from_one_answer_only_is_not_over() -> None:
+    tracker = Tracker("aws")
+    spot = [Observed("aws-spot", NoticeKind.PREEMPTION, "x", deadline=5.0)]
+    tracker.update("spot", spot, 1.0)
+    for now in (2.0, 4.0, 6.0):  # flapping: gone, back, gone, back
+        assert tracker.update("spot", [], now) == []
+        assert tracker.update("spot", spot, now + 1) == []
+    assert [n.event_id for n in tracker.active()] == ["aws-spot"]
+    assert tracker.update("spot", [], 8.0) == []
+    assert [n.state for n in tracker.update("spot", [], 9.0)] == [NoticeState.ENDED]
+    assert tracker.active() == []
 
 
 def test_tracker_keeps_a_scheduled_time_once_the_event_started() -> None:
@@ -292,3 +309,68 @@ def test_notice_round_trips_on_the_wire() -> None:
 def test_bad_notice_bodies_say_which_field(body: object, message: str) -> None:
     with pytest.raises(BadNotice, match=message):
         notice_from_wire(body)
+
+
+# --- one bad event among good ones; nesting; approval -----------------------------------------
+
+
+def test_azure_unknown_or_malformed_event_is_skipped_not_the_whole_document() -> None:
+    preempt = {**AZURE_EVENT, "EventId": "P", "EventType": "Preempt", "Resources": ["WestNO_0"]}
+    bad_events: list[object] = [{**AZURE_EVENT, "EventType": "Hibernate"}, {"EventId": 7}, "x"]
+    for bad in bad_events:
+        body = json.dumps({"DocumentIncarnation": 2, "Events": [bad, preempt]}).encode()
+        with pytest.raises(MetadataGarbage, match="event skipped") as caught:
+            azure.parse_events(200, body, "WestNO_0")
+        assert [o.event_id for o in caught.value.observed or []] == ["P"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "vm_name", "approvable"),
+    [
+        (["WestNO_0"], "WestNO_0", True),
+        (["WestNO_0", "WestNO_1"], "WestNO_0", False),
+        (["WestNO_1"], "", False),
+    ],
+)
+def test_azure_only_an_event_for_this_vm_alone_may_be_approved(
+    resources: list[str], vm_name: str, approvable: bool
+) -> None:
+    [obs] = azure.parse_events(200, doc({**AZURE_EVENT, "Resources": resources}), vm_name)
+    assert obs.approvable is approvable
+
+
+def test_aws_scheduled_bad_event_does_not_hide_a_retirement() -> None:
+    good = {
+        "NotBefore": "21 Jan 2019 09:00:43 GMT",
+        "Code": "instance-retirement",
+        "EventId": "instance-event-1",
+        "State": "active",
+    }
+    bad = {**good, "EventId": "instance-event-2", "NotBefore": "tomorrow"}
+    with pytest.raises(MetadataGarbage, match="event skipped") as caught:
+        aws.parse_scheduled(200, json.dumps([bad, good]).encode())
+    [obs] = caught.value.observed or []
+    assert (obs.event_id, obs.kind) == ("instance-event-1", NoticeKind.TERMINATION)
+
+
+@pytest.mark.parametrize("parse", [aws.parse_spot, aws.parse_scheduled])
+def test_json_nested_too_deep_is_garbage_not_a_crash(parse: object) -> None:
+    deep = b"[" * 50000 + b"]" * 50000
+    with pytest.raises(MetadataGarbage, match="not JSON"):
+        parse(200, deep)  # type: ignore[operator]
+    with pytest.raises(MetadataGarbage, match="not JSON"):
+        azure.parse_events(200, b'{"Events": ' + b"[" * 30000 + b"]" * 30000 + b"}", "vm0")
+
+
+def test_tracker_an_event_id_listed_twice_is_taken_at_its_most_severe() -> None:
+    freeze = {**AZURE_EVENT, "EventId": "DUP", "Resources": ["WestNO_0"]}
+    preempt = {**freeze, "EventType": "Preempt"}
+    for events in ((freeze, preempt), (preempt, freeze)):
+        observed = azure.parse_events(200, doc(*events), "WestNO_0")
+        [notice] = Tracker("azure").update("events", observed, 1.0)
+        assert (notice.event_id, notice.kind) == ("DUP", NoticeKind.PREEMPTION)
+
+
+def test_notice_text_fields_arrive_printable() -> None:
+    got = notice_from_wire({"kind": "preemption", "provider": "a\x1bb", "event_id": "e\nf"})
+    assert (got.provider, got.event_id) == ("a?b", "e?f")

@@ -8,7 +8,7 @@ from typing import Any
 from tests.unit.test_lifecycle import CFG, World
 from xce_controller import crash
 from xce_controller import lifecycle as lc
-from xce_controller.model import HostState
+from xce_controller.model import AdminAction, HostState
 
 
 def report(state: str, role: str = "worker") -> dict[str, Any]:
@@ -50,7 +50,7 @@ def test_close_then_reopen_when_the_worker_runs_again() -> None:
 
 def test_an_admin_close_is_not_undone() -> None:
     w, key = joined()
-    w.commit(lc.control(w.cluster, w.cfg, w.now, "admin", w.cluster.hosts[key], "close"))
+    w.commit(lc.control(w.cluster, w.cfg, w.now, "admin", w.cluster.hosts[key], AdminAction.CLOSE))
     heartbeat(w, key, report("fatal"))
     heartbeat(w, key, report("running"))
     assert w.state(key) is HostState.CLOSED

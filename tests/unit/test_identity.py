@@ -7,7 +7,8 @@ import subprocess
 import sys
 from dataclasses import replace
 
-from xce_agent.supervision.identity import ProcessIdentity, boot_time, mismatch, observe
+from xce_agent.supervision.boot import boot_time
+from xce_agent.supervision.identity import ProcessIdentity, mismatch, observe
 
 
 def test_this_process_matches_itself_and_nothing_else() -> None:

@@ -92,3 +92,27 @@ def test_a_refused_token_is_an_error_never_an_unauthenticated_read(status: int) 
     with pytest.raises(MetadataGarbage, match=f"HTTP {status}"):
         session.get(aws.SPOT_PATH)
     assert [m for m, _, _ in fake.calls] == ["PUT"]
+
+
+@pytest.mark.parametrize("token", [b"abc\r\nX-Injected: 1", b"two words", b"caf\xc3\xa9"])
+def test_a_token_no_header_can_carry_is_refused_not_kept(token: bytes) -> None:
+    class BadToken(FakeImds):
+        def request(
+            self,
+            method: str,
+            url: str,
+            headers: Mapping[str, str],
+            timeout: float,
+            body: bytes | None = None,
+        ) -> Reply:
+            if method == "PUT":
+                self.calls.append((method, url, dict(headers)))
+                return Reply(200, token, {})
+            return super().request(method, url, headers, timeout, body)
+
+    imds = BadToken()
+    session = ImdsSession(imds, "http://imds", Clock())
+    for _ in range(2):  # asked again each time: a refused token is not cached
+        with pytest.raises(MetadataGarbage, match="printable ASCII"):
+            session.get(aws.SPOT_PATH)
+    assert [c[0] for c in imds.calls] == ["PUT", "PUT"]

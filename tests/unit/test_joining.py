@@ -10,7 +10,7 @@ from xce_controller import credentials, deadlines, joining
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig, Template
 from xce_controller.facts import apply
-from xce_controller.model import Cluster, Fact, HostState
+from xce_controller.model import AdminAction, Cluster, Fact, HostState
 
 CFG = ClusterConfig(
     templates={"default": Template("default", slots=2)},
@@ -61,7 +61,9 @@ class World:
 
     def decommission(self, key: str) -> None:
         host = self.cluster.hosts[key]
-        self.commit(lc.control(self.cluster, self.cfg, 0.0, "admin", host, "decommission"))
+        self.commit(
+            lc.control(self.cluster, self.cfg, 0.0, "admin", host, AdminAction.DECOMMISSION)
+        )
         if self.cluster.hosts[key].state is HostState.DRAINING:
             due = deadlines.host_due(self.cluster, self.cfg, 0.0, self.cluster.hosts[key], 0.0)
             self.commit(due)
@@ -201,3 +203,19 @@ def test_a_renewed_credential_fences_the_copy_once_presented() -> None:
     assert w.speak("n1", old) == "stale_incarnation"
     host = w.cluster.hosts["host:n1"]
     assert host.incarnation == 2 and host.refusals == 1 and not host.next_credential_hash
+
+
+def test_renewal_confirmation_and_refusals_carry_reason_codes() -> None:
+    w = World()
+    old = w.join("n1")
+    new = credentials.mint()
+    renewed = joining.renew(w.cluster.hosts["host:n1"], 1.0, credentials.seal(new), "b2")
+    assert (renewed.kind, renewed.data["code"]) == ("renewed", "credential_renewed")
+    w.commit([renewed])
+    _, facts = joining.speaker(w.cluster, 2.0, "n1", new)
+    assert [(f.kind, f.data["code"]) for f in facts] == [("confirmed", "credential_confirmed")]
+    w.commit(facts)
+    with pytest.raises(lc.Refused) as info:
+        joining.speaker(w.cluster, 3.0, "n1", old)
+    [recorded] = info.value.record
+    assert (recorded.kind, recorded.data["code"]) == ("refused", "refused_stale_incarnation")

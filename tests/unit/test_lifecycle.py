@@ -13,7 +13,16 @@ from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig, Template, load_cluster_config
 from xce_controller.facts import apply
-from xce_controller.model import Cluster, DrainPolicy, Fact, HostState, JobState
+from xce_controller.model import (
+    AdminAction,
+    Cluster,
+    DrainPolicy,
+    Fact,
+    HostState,
+    JobEvent,
+    JobState,
+    UnmatchedJoins,
+)
 
 CFG = ClusterConfig(
     templates={"default": Template("default", slots=2), "gpu": Template("gpu", slots=1)},
@@ -110,7 +119,7 @@ class World:
                 self.now,
                 "admin",
                 host,
-                "decommission",
+                AdminAction.DECOMMISSION,
                 drain_timeout=drain_timeout,
                 policy=policy,
                 why=why,
@@ -153,7 +162,7 @@ def test_unmatched_join_accepted_with_default_or_refused() -> None:
     key = w.join("stray")
     host = w.cluster.hosts[key]
     assert (host.state, host.provisioned, host.template) == (HostState.OPEN, False, "default")
-    strict = World(replace(CFG, unmatched_joins="refuse"))
+    strict = World(replace(CFG, unmatched_joins=UnmatchedJoins.REFUSE))
     with pytest.raises(lc.Refused) as info:
         strict.join("stray", "i-404")
     assert (info.value.kind, info.value.status) == ("unmatched", 403)
@@ -200,12 +209,16 @@ def test_drain_waits_for_running_jobs() -> None:
     w = World()
     w.join("node1")
     job = w.submit()
-    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["host:node1"], job, "started"))
+    w.commit(
+        jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["host:node1"], job, JobEvent.STARTED)
+    )
     w.decommission("host:node1", policy="requeue", drain_timeout=50.0)
     assert w.state("host:node1") is HostState.DRAINING
     w.tick(20.0)
     assert w.state("host:node1") is HostState.DRAINING
-    w.commit(jobmodel.job_report(w.cluster, 21.0, w.cluster.hosts["host:node1"], job, "finished"))
+    w.commit(
+        jobmodel.job_report(w.cluster, 21.0, w.cluster.hosts["host:node1"], job, JobEvent.FINISHED)
+    )
     w.seen["host:node1"] = 21.0
     w.tick(21.0)
     assert w.state("host:node1") is HostState.DECOMMISSIONED
@@ -219,10 +232,14 @@ def test_drain_timeout_applies_the_policy(policy: str, job_state: JobState) -> N
     w = World()
     w.join("node1")
     w.join("node2")
-    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:node2"], "close"))
+    w.commit(
+        lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:node2"], AdminAction.CLOSE)
+    )
     job = w.submit(host="node1")
     w.decommission("host:node1", policy=policy, drain_timeout=10.0)
-    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:node2"], "open"))
+    w.commit(
+        lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:node2"], AdminAction.OPEN)
+    )
     w.seen.update({"host:node1": 9.0, "host:node2": 9.0})
     w.tick(9.9)
     assert w.state("host:node1") is HostState.DRAINING
@@ -282,13 +299,30 @@ def test_closed_host_takes_no_work_and_fifo_fills_free_slots() -> None:
     w = World()
     w.join("a")
     w.join("b")
-    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:b"], "close"))
+    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:b"], AdminAction.CLOSE))
     jobs = [w.submit() for _ in range(3)]
     assigned = [w.cluster.jobs[j].assigned for j in jobs]
     assert assigned == ["host:a", "host:a", ""]  # a has 2 slots, b is closed
-    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:b"], "open"))
+    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:b"], AdminAction.OPEN))
     w.tick(1.0)
     assert w.cluster.jobs[jobs[2]].assigned == "host:b"
+
+
+@pytest.mark.parametrize(
+    ("action", "reason"),
+    [(AdminAction.CLOSE, "closed by admin"), (AdminAction.OPEN, "opened by admin")],
+)
+def test_an_admin_action_without_a_reason_says_what_was_done(
+    action: AdminAction, reason: str
+) -> None:
+    w = World()
+    w.join("a")
+    if action is AdminAction.OPEN:
+        w.commit(
+            lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:a"], AdminAction.CLOSE)
+        )
+    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:a"], action))
+    assert w.cluster.hosts["host:a"].reason == reason
 
 
 def test_admin_can_decommission_an_expected_instance() -> None:

@@ -10,14 +10,14 @@ from xce_controller import deadlines
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import Template
-from xce_controller.model import HostState, JobState
+from xce_controller.model import AdminAction, HostState, JobEvent, JobState
 
 
 def _draining_with_a_job(w: World) -> int:
     w.expect("i-1")
     w.join("node1", "i-1")
     job = w.submit()
-    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, "started"))
+    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, JobEvent.STARTED))
     w.decommission("i-1", policy="wait")
     assert w.state("i-1") is HostState.DRAINING
     return job
@@ -56,7 +56,7 @@ def test_a_closed_host_lost_returns_closed_and_an_open_one_open() -> None:
     w = World()
     w.join("a")
     w.join("b")
-    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:a"], "close"))
+    w.commit(lc.control(w.cluster, CFG, 0.0, "admin", w.cluster.hosts["host:a"], AdminAction.CLOSE))
     w.tick(30.1)
     assert (w.state("host:a"), w.state("host:b")) == (HostState.LOST, HostState.LOST)
     w.now = 31.0
@@ -181,7 +181,7 @@ def test_a_drain_timeout_that_passed_while_the_controller_was_down_waits_a_grace
     w.expect("i-1")
     w.join("node1", "i-1")
     job = w.submit()
-    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, "started"))
+    w.commit(jobmodel.job_report(w.cluster, 1.0, w.cluster.hosts["i-1"], job, JobEvent.STARTED))
     w.now = 10.0
     w.decommission("i-1", policy="requeue", drain_timeout=20.0)
     w.restart(at=100.0)  # down from 10 s to 100 s: the 30 s timeout passed meanwhile
@@ -193,7 +193,7 @@ def test_a_drain_timeout_that_passed_while_the_controller_was_down_waits_a_grace
     assert deadlines.next_due(w.cluster.hosts["i-1"], CFG, None, 100.0) == 130.0
     w.now = 105.0
     w.heartbeat("i-1")
-    w.commit(jobmodel.job_report(w.cluster, 105.0, w.cluster.hosts["i-1"], job, "finished"))
+    w.commit(jobmodel.job_report(w.cluster, 105.0, w.cluster.hosts["i-1"], job, JobEvent.FINISHED))
     w.tick(105.0)
     assert w.state("i-1") is HostState.DECOMMISSIONED
     assert (w.cluster.jobs[job].state, w.cluster.jobs[job].requeues) == (JobState.DONE, 0)

@@ -35,7 +35,7 @@ def test_without_a_controller_only_the_worker_hears_it() -> None:
 
 def test_a_decommissioned_host_says_nothing_and_starts_nothing() -> None:
     state = decommissioned()
-    for event in (ms.Noticed(SPOT), ms.NoticeDrained("E1")):
+    for event in (ms.Noticed(SPOT), ms.NoticeDrained("E1"), ms.NoticeHeld("E1", "maintenance")):
         after, actions = ms.step(state, event, 9.0)
         assert after == state and actions == ()
 
@@ -43,6 +43,11 @@ def test_a_decommissioned_host_says_nothing_and_starts_nothing() -> None:
 def test_drained_for_an_event_approves_it() -> None:
     _, actions = ms.step(booted(), ms.NoticeDrained("E1"), 5.0)
     assert actions == (ms.ApproveEvent("E1"),)
+
+
+def test_the_controllers_notice_is_checked_against_what_the_provider_announces() -> None:
+    _, actions = ms.step(booted(), ms.NoticeHeld("E1", "maintenance"), 5.0)
+    assert actions == (ms.EndStaleNotice("E1", "maintenance"),)
 
 
 def test_shutdown_is_announced_first_then_the_components_stop() -> None:

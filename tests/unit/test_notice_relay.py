@@ -108,10 +108,18 @@ def test_a_notice_is_retried_while_the_controller_is_unreachable_or_joining() ->
     answers = [
         Answer(Outcome.RETRY, "controller unreachable"),
         Answer(Outcome.REFUSED, "HTTP 404 unknown_host: unknown host n1: join first"),
+        # Read at boot, before the join's answer: no host credential yet.
+        Answer(
+            Outcome.REFUSED,
+            "HTTP 401 unauthorized: host credential for n1 missing: join first",
+            {"error": "unauthorized"},
+        ),
+        # The controller forgot the credential: the agent is joining again.
+        Answer(Outcome.REFUSED, "HTTP 401 unknown_credential: join again"),
         Answer(Outcome.ACCEPTED, "closed"),
     ]
-    client = send_all(answers, [SPOT], 3)
-    assert [p["event_id"] for p in client.sent] == ["aws-spot"] * 3
+    client = send_all(answers, [SPOT], 5)
+    assert [p["event_id"] for p in client.sent] == ["aws-spot"] * 5
     assert client.sent[0]["instance_id"] == "i-1" and client.sent[0]["kind"] == "preemption"
 
 
@@ -122,3 +130,86 @@ def test_a_refused_notice_is_not_retried_and_order_is_kept() -> None:
         ("aws-spot", "active"),
         ("aws-spot", "ended"),
     ]
+
+
+def test_a_failed_azure_approval_is_tried_again_at_the_next_drained_answer(
+    tmp_path: Path,
+) -> None:
+    from xce_agent.cloud_config import CloudConfig
+    from xce_agent.cloud_notices import CloudNotices
+
+    class FakeWatcher:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+            self.answers = [False, True]  # the platform failed once, then took it
+
+        def acknowledge(self, event_ids: list[str]) -> bool:
+            self.calls.append(event_ids)
+            return self.answers.pop(0)
+
+    cloud = CloudNotices(CloudConfig("azure"), NoticeRelay({}, Signals(), tmp_path), print)
+    watcher = FakeWatcher()
+    cloud.watcher = watcher  # type: ignore[assignment]
+    cloud.tell_components(Notice(NoticeKind.PREEMPTION, "azure", "E1", 2000.0))
+
+    def approved(times: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(watcher.calls) < times and time.monotonic() < deadline:
+            time.sleep(0.01)
+        while cloud._approving and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    cloud.approve("E1")
+    approved(1)
+    cloud.approve("E1")  # the next answer saying the host is drained
+    approved(2)
+    cloud.approve("E1")  # settled: not again
+    cloud.approve("other")  # never announced: not approved
+    time.sleep(0.05)
+    assert watcher.calls == [["E1"], ["E1"]]
+
+
+def test_a_notice_the_controller_holds_but_the_provider_no_longer_announces_is_ended_once(
+    tmp_path: Path,
+) -> None:
+    from xce_agent.cloud.observed import Observed
+    from xce_agent.cloud.watcher import Watcher
+    from xce_agent.cloud_config import CloudConfig
+    from xce_agent.cloud_notices import CloudNotices
+
+    class Source:
+        name = "aws spot"
+        long_poll = False
+
+        def observe(self) -> list[Observed]:
+            return []
+
+    cloud = CloudNotices(CloudConfig("aws"), NoticeRelay({}, Signals(), tmp_path), print)
+    watcher = Watcher("aws", [Source()], print, 1.0)
+    cloud.watcher = watcher
+    assert cloud.stale_end("ev-1", "maintenance") is None  # nothing read yet: cannot tell
+    watcher._known.add("aws spot")  # the source was read
+    watcher.tracker.update("aws spot", [Observed("live", NoticeKind.PREEMPTION, "")], 1.0)
+    assert cloud.stale_end("live", "preemption") is None  # still announced
+    assert cloud.stale_end("shutdown-b1", "shutdown") is None  # the OS's, not the provider's
+    assert cloud.stale_end("ev-1", "bogus") is None
+    ended = cloud.stale_end("ev-1", "maintenance")
+    assert ended == Notice(NoticeKind.MAINTENANCE, "aws", "ev-1", None, NoticeState.ENDED)
+    assert cloud.stale_end("ev-1", "maintenance") is None  # once
+    cloud.tell_components(Notice(NoticeKind.MAINTENANCE, "aws", "ev-1", 5.0))  # back again
+    assert cloud.stale_end("ev-1", "maintenance") is not None
+
+
+def test_a_notice_is_relayed_until_its_deadline_not_only_five_minutes() -> None:
+    from xce_agent.notice_sender import GIVE_UP, MAX_RETRY, retry_for
+
+    now = 10_000.0
+    assert retry_for(replace_deadline(None), now) == GIVE_UP
+    assert retry_for(replace_deadline(now + 60), now) == GIVE_UP  # a spot notice: 5 min
+    assert retry_for(replace_deadline(now + 3600), now) == 3600  # maintenance in an hour
+    assert retry_for(replace_deadline(now + 30 * 86400), now) == MAX_RETRY
+    assert retry_for(replace_deadline(now - 600), now) == GIVE_UP  # already past
+
+
+def replace_deadline(deadline: float | None) -> Notice:
+    return Notice(NoticeKind.MAINTENANCE, "aws", "ev", deadline)

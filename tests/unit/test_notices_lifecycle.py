@@ -13,7 +13,7 @@ from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
 from xce_controller.config import ClusterConfig, Template, load_cluster_config
 from xce_controller.facts import apply
-from xce_controller.model import Cluster, Fact, HostState, JobState
+from xce_controller.model import AdminAction, Cluster, Fact, HostState, JobEvent, JobState
 from xce_controller.notice_config import NoticeSettings
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Impact, Notice, NoticeKind, NoticeState
@@ -71,7 +71,9 @@ class World:
         self.commit(jobmodel.place(self.cluster, self.cfg, self.now))
         key = self.cluster.jobs[job_id].assigned
         self.commit(
-            jobmodel.job_report(self.cluster, self.now, self.cluster.hosts[key], job_id, "started")
+            jobmodel.job_report(
+                self.cluster, self.now, self.cluster.hosts[key], job_id, JobEvent.STARTED
+            )
         )
         return job_id
 
@@ -113,7 +115,7 @@ def test_a_job_that_finishes_before_the_margin_is_not_requeued() -> None:
     a = w.join("a")
     job = w.run("a")
     w.notice(a, NoticeKind.PREEMPTION, deadline=120.0)
-    w.commit(jobmodel.job_report(w.cluster, 50.0, w.cluster.hosts[a], job, "finished", 0))
+    w.commit(jobmodel.job_report(w.cluster, 50.0, w.cluster.hosts[a], job, JobEvent.FINISHED, 0))
     w.tick(110.0)
     assert w.job(job) is JobState.DONE and w.cluster.jobs[job].requeues == 0
 
@@ -164,9 +166,27 @@ def test_rebalance_then_preemption_does_not_reopen() -> None:
 def test_a_host_the_admin_closed_is_not_reopened_by_a_lapsed_notice() -> None:
     w = World()
     a = w.join("a")
-    w.commit(lc.control(w.cluster, w.cfg, 0.0, "admin", w.cluster.hosts[a], "close"))
+    w.commit(lc.control(w.cluster, w.cfg, 0.0, "admin", w.cluster.hosts[a], AdminAction.CLOSE))
     w.notice(a, NoticeKind.REBALANCE)
     w.tick(300.0)
+    assert w.state(a) is HostState.CLOSED and w.cluster.hosts[a].notice is None
+
+
+@pytest.mark.parametrize("end", ["lapse", "withdrawn"])
+def test_an_admin_close_while_a_notice_has_the_host_closed_holds_after_the_notice(
+    end: str,
+) -> None:
+    w = World()
+    a = w.join("a")
+    w.notice(a, NoticeKind.REBALANCE)
+    w.now = 10.0
+    host = w.cluster.hosts[a]
+    w.commit(lc.control(w.cluster, w.cfg, w.now, "admin", host, AdminAction.CLOSE))
+    w.commit(notices.after_admin_close(w.now, "admin", host))
+    if end == "lapse":
+        w.tick(300.0)
+    else:
+        w.notice(a, NoticeKind.REBALANCE, state=NoticeState.ENDED)
     assert w.state(a) is HostState.CLOSED and w.cluster.hosts[a].notice is None
 
 

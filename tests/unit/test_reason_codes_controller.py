@@ -8,7 +8,7 @@ import pytest
 from tests.unit.test_notices_lifecycle import World
 from xce_controller import deadlines
 from xce_controller import lifecycle as lc
-from xce_controller.model import DrainPolicy, Fact
+from xce_controller.model import AdminAction, DrainPolicy, Fact
 from xce_protocol.notices import NoticeKind
 from xce_protocol.reasons import Reason
 
@@ -24,15 +24,15 @@ def test_join_control_and_a_drain_that_times_out() -> None:
     w.join("a")  # the same incarnation again
     assert codes(w.facts)[-1] == Reason.AGENT_RECONNECTED
     host = w.cluster.hosts[a]
-    w.commit(lc.control(w.cluster, w.cfg, 1.0, "admin", host, "close"))
+    w.commit(lc.control(w.cluster, w.cfg, 1.0, "admin", host, AdminAction.CLOSE))
     assert w.cluster.hosts[a].history[-1].code == Reason.ADMIN_CLOSED
-    w.commit(lc.control(w.cluster, w.cfg, 2.0, "admin", w.cluster.hosts[a], "open"))
+    w.commit(lc.control(w.cluster, w.cfg, 2.0, "admin", w.cluster.hosts[a], AdminAction.OPEN))
     assert w.cluster.hosts[a].history[-1].code == Reason.ADMIN_OPENED
     w.run("a")
     start = len(w.facts)
     w.commit(
         lc.control(
-            w.cluster, w.cfg, 3.0, "admin", w.cluster.hosts[a], "decommission",
+            w.cluster, w.cfg, 3.0, "admin", w.cluster.hosts[a], AdminAction.DECOMMISSION,
             drain_timeout=5.0, policy="kill",
         )
     )  # fmt: skip
@@ -57,7 +57,7 @@ def test_drain_outcomes(policy: str, jobs: bool, code: Reason) -> None:
         w.run("a")
     w.commit(
         lc.control(
-            w.cluster, w.cfg, 1.0, "admin", w.cluster.hosts[a], "decommission",
+            w.cluster, w.cfg, 1.0, "admin", w.cluster.hosts[a], AdminAction.DECOMMISSION,
             drain_timeout=5.0, policy=DrainPolicy(policy).value,
         )
     )  # fmt: skip
@@ -93,7 +93,9 @@ def test_notices_carry_their_kind() -> None:
 def test_refusals_carry_their_code() -> None:
     w = World()
     a = w.join("a")
-    w.commit(lc.control(w.cluster, w.cfg, 1.0, "admin", w.cluster.hosts[a], "decommission"))
+    w.commit(
+        lc.control(w.cluster, w.cfg, 1.0, "admin", w.cluster.hosts[a], AdminAction.DECOMMISSION)
+    )
     w.tick(2.0)
     with pytest.raises(lc.Refused) as refused:
         lc.join(w.cluster, w.cfg, 3.0, lc.JoinRequest(name="a"))

@@ -70,3 +70,23 @@ def test_a_long_history_is_summed_up_but_requeues_stay() -> None:
     assert lines[1].endswith("94 earlier jobs (94 finished, 1 requeued), told in `xcecli events`")
     assert lines[2].endswith("job 3 requeued: host lost")  # a requeue is always told
     assert lines[-1].endswith("job 99 finished with exit code 0 after 0s")
+
+
+def test_credentials_renewed_confirmed_and_refused_are_told_with_their_codes() -> None:
+    host = {**HOST, "state": "open", "reason": "", "history": []}
+    events = [
+        ev(1, 0, "joined", "n1", name="n1", instance_id="i-1", provisioned=True),
+        ev(2, 60, "renewed", "n1", key="i-1", incarnation=2, code="credential_renewed"),
+        ev(3, 61, "confirmed", "n1", key="i-1", code="credential_confirmed"),
+        ev(4, 90, "refused", "n1", key="i-1", why="stale_incarnation",
+           detail="earlier credential from 192.0.2.9", code="refused_stale_incarnation"),
+    ]  # fmt: skip
+    text = "\n".join(story(host, events, now=100))
+    assert (
+        "its agent resumed with its credential; incarnation 2 issued [credential_renewed]" in text
+    )
+    assert "earlier ones are stale now [credential_confirmed]" in text
+    assert (
+        "an attempt by n1 refused: earlier credential from 192.0.2.9 [refused_stale_incarnation]"
+        in text
+    )

@@ -14,7 +14,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from xce_agent.cloud.observed import MetadataGarbage, Observed, text_of
+from xce_agent.cloud.observed import MetadataGarbage, Observed, load_json, text_of
 from xce_protocol.notices import Impact, NoticeKind
 
 # Paths and header names, not secrets.
@@ -66,10 +66,7 @@ def token_ttl(value: str | None, asked: int = TOKEN_TTL) -> int:
 def _json(status: int, body: bytes, path: str) -> Any:
     if status != 200:
         raise MetadataGarbage(f"{path}: HTTP {status}")
-    try:
-        return json.loads(text_of(body))
-    except ValueError:
-        raise MetadataGarbage(f"{path}: not JSON") from None
+    return load_json(body, path)
 
 
 def parse_spot(status: int, body: bytes) -> list[Observed]:
@@ -100,17 +97,30 @@ def parse_scheduled(status: int, body: bytes) -> list[Observed]:
     doc = _json(status, body, "events/maintenance/scheduled")
     if not isinstance(doc, list):
         raise MetadataGarbage("events/maintenance/scheduled: expected a JSON array")
-    found = []
+    found: list[Observed] = []
+    problems: list[str] = []
     for event in doc:
-        if not isinstance(event, dict):
-            raise MetadataGarbage("events/maintenance/scheduled: an event is not an object")
-        if event.get("State") != "active":
-            continue  # canceled or completed: nothing is coming
-        event_id, code = event.get("EventId"), event.get("Code")
-        if not isinstance(event_id, str) or not event_id or not isinstance(code, str):
-            raise MetadataGarbage("events/maintenance/scheduled: an event without EventId/Code")
-        when = parse_event_time(event.get("NotBefore"), f"event {event_id[:40]} NotBefore")
-        kind = NoticeKind.TERMINATION if code in _ENDS else NoticeKind.MAINTENANCE
-        raw = json.dumps(event, sort_keys=True)
-        found.append(Observed(event_id, kind, raw, deadline=when, impact=Impact.REBOOT))
+        try:  # one malformed event must not hide the others
+            observed = _scheduled_event(event)
+        except MetadataGarbage as exc:
+            problems.append(str(exc))
+            continue
+        if observed is not None:
+            found.append(observed)
+    if problems:
+        raise MetadataGarbage(f"{problems[0]} (event skipped)", found)
     return found
+
+
+def _scheduled_event(event: Any) -> Observed | None:
+    if not isinstance(event, dict):
+        raise MetadataGarbage("events/maintenance/scheduled: an event is not an object")
+    if event.get("State") != "active":
+        return None  # canceled or completed: nothing is coming
+    event_id, code = event.get("EventId"), event.get("Code")
+    if not isinstance(event_id, str) or not event_id or not isinstance(code, str):
+        raise MetadataGarbage("events/maintenance/scheduled: an event without EventId/Code")
+    when = parse_event_time(event.get("NotBefore"), f"event {event_id[:40]} NotBefore")
+    kind = NoticeKind.TERMINATION if code in _ENDS else NoticeKind.MAINTENANCE
+    raw = json.dumps(event, sort_keys=True)
+    return Observed(event_id, kind, raw, deadline=when, impact=Impact.REBOOT)

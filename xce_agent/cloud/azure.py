@@ -4,7 +4,9 @@ Pure. `GET /metadata/scheduledevents?api-version=2020-07-01` with `Metadata: tru
 `{"DocumentIncarnation": N, "Events": [...]}`; each event has `EventId`, `EventType` (Freeze,
 Reboot, Redeploy, Preempt, Terminate), `EventStatus` (Scheduled, Started), `Resources` (the VM
 names it concerns: a placement group's events reach every VM in it), and `NotBefore` (RFC 1123
-GMT, `""` once Started). A finished event disappears.
+GMT, `""` once Started). A finished event disappears. A malformed or unknown event is skipped
+(and reported) without hiding the others. Approval releases an event for every VM it names, so
+only an event naming this VM alone may be approved.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from xce_agent.cloud.observed import MetadataGarbage, Observed, text_of
+from xce_agent.cloud.observed import MetadataGarbage, Observed, load_json
 from xce_protocol.notices import Impact, NoticeKind
 
 EVENTS_PATH = "/metadata/scheduledevents"
@@ -49,16 +51,26 @@ def parse_events(status: int, body: bytes, vm_name: str) -> list[Observed]:
     """The events that concern this VM (all of them while its name is unknown)."""
     if status != 200:
         raise MetadataGarbage(f"scheduledevents: HTTP {status}")
-    try:
-        doc = json.loads(text_of(body))
-    except ValueError:
-        raise MetadataGarbage("scheduledevents: not JSON") from None
+    doc = load_json(body, "scheduledevents")
     if not isinstance(doc, dict) or not isinstance(doc.get("Events"), list):
         raise MetadataGarbage("scheduledevents: expected an object with an Events list")
     incarnation = doc.get("DocumentIncarnation")
     if isinstance(incarnation, bool) or not isinstance(incarnation, int):
         raise MetadataGarbage("scheduledevents: DocumentIncarnation is not an integer")
-    return [o for o in (_event(e, vm_name) for e in doc["Events"]) if o is not None]
+    found: list[Observed] = []
+    problems: list[str] = []
+    for event in doc["Events"]:
+        # One malformed or unknown event must not hide the others (a Preempt beside it).
+        try:
+            observed = _event(event, vm_name)
+        except MetadataGarbage as exc:
+            problems.append(str(exc))
+            continue
+        if observed is not None:
+            found.append(observed)
+    if problems:
+        raise MetadataGarbage(f"{problems[0]} (event skipped)", found)
+    return found
 
 
 def _event(event: Any, vm_name: str) -> Observed | None:
@@ -78,7 +90,11 @@ def _event(event: Any, vm_name: str) -> Observed | None:
     when = parse_not_before(event.get("NotBefore"), status, f"event {event_id[:40]}")
     raw = json.dumps(event, sort_keys=True)
     lead = 0.0 if when is None else None
-    return Observed(event_id, notice_kind, raw, deadline=when, lead=lead, impact=impact)
+    # Approving an event releases it for every VM it names: only one naming this VM alone.
+    alone = bool(vm_name) and resources == [vm_name]
+    return Observed(
+        event_id, notice_kind, raw, deadline=when, lead=lead, impact=impact, approvable=alone
+    )
 
 
 def start_requests(event_ids: list[str]) -> bytes:

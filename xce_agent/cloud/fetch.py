@@ -100,6 +100,8 @@ class BoundedHttp:
             raise MetadataError(f"no answer within {timeout:g}s") from None
         except (OSError, http.client.HTTPException) as exc:
             raise MetadataError(f"{type(exc).__name__}: {str(exc)[:80]}") from None
+        except ValueError as exc:  # a header value or URL http.client will not send
+            raise MetadataError(f"cannot send the request: {str(exc)[:80]}") from None
         finally:
             with self._lock:
                 self._open.discard(conn)

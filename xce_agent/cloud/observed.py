@@ -8,13 +8,24 @@ moves the deadline.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from xce_protocol.notices import Impact, NoticeKind
 
 
 class MetadataGarbage(ValueError):
-    """An answer that does not follow the provider's documented format."""
+    """An answer that does not follow the provider's documented format.
+
+    `observed`, when not None, is what the answer's valid part still announces (the events
+    beside a malformed one, a value without its ETag): the watcher acts on it and logs the
+    problem like any other.
+    """
+
+    def __init__(self, message: str, observed: list[Observed] | None = None) -> None:
+        super().__init__(message)
+        self.observed = observed
 
 
 @dataclass(frozen=True)
@@ -25,6 +36,7 @@ class Observed:
     deadline: float | None = None  # wall-clock time the platform acts, when it says
     lead: float | None = None  # else: seconds from the first sighting
     impact: Impact = Impact.REBOOT
+    approvable: bool = False  # Azure: the platform may be told to go ahead (this VM alone)
 
 
 def text_of(body: bytes, limit: int = 65536) -> str:
@@ -35,3 +47,11 @@ def text_of(body: bytes, limit: int = 65536) -> str:
         return body.decode("utf-8")
     except UnicodeDecodeError:
         raise MetadataGarbage("answer is not UTF-8 text") from None
+
+
+def load_json(body: bytes, what: str) -> Any:
+    """The body as JSON, or MetadataGarbage (nesting too deep for the parser included)."""
+    try:
+        return json.loads(text_of(body))
+    except (ValueError, RecursionError):
+        raise MetadataGarbage(f"{what}: not JSON") from None

@@ -9,6 +9,7 @@ ETag of the last value (so the next request waits for a change), the Azure VM na
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +25,8 @@ REQUEST_TIMEOUT = 2.0  # a metadata service on the host answers in milliseconds
 LONG_POLL = 60  # GCE timeout_sec; the client waits a little longer, never less
 TOKEN_REFRESH = 60.0  # renew the AWS token when this little of its life is left
 AZURE_FIRST_CALL = 120.0  # Azure: the first call enables Scheduled Events and may take 2 min
+_TOKEN = re.compile(rb"[\x21-\x7e]+")
+_ETAG = re.compile(r"[A-Za-z0-9]{1,64}")  # GCE's are hex; it goes back into a URL
 
 DEFAULT_URLS = {
     # Addresses, not names: resolving a name has no timeout the watcher could bound.
@@ -77,10 +80,10 @@ class ImdsSession:
         if reply.status != 200 or not token or len(token) > 1024:
             # No fallback to IMDSv1: an unauthenticated read is what IMDSv2 exists to refuse.
             raise MetadataGarbage(f"IMDSv2 token request answered HTTP {reply.status}")
-        try:
-            self._token = token.decode("ascii")
-        except UnicodeDecodeError:
-            raise MetadataGarbage("IMDSv2 token is not ASCII") from None
+        if not _TOKEN.fullmatch(token):
+            # Kept, a token no header can carry would fail every read until it expired (1 h).
+            raise MetadataGarbage("IMDSv2 token is not printable ASCII without spaces")
+        self._token = token.decode("ascii")
         self._expires = started + aws.token_ttl(reply.header(aws.TOKEN_TTL_HEADER))
 
     def get(self, path: str) -> Reply:
@@ -152,9 +155,11 @@ class GceSource:
         value = gce.value_of(reply.status, reply.header(gce.FLAVOR_HEADER), reply.body, self.key)
         found = self.parse(value)
         etag = reply.header("ETag") or ""
-        if not etag.isalnum() or len(etag) > 64:
-            self.etag = "0"  # without a usable ETag, ask for the current value each time
-            raise MetadataGarbage(f"{self.key}: answer without a usable ETag")
+        if not _ETAG.fullmatch(etag):
+            # The value is the metadata server's (it said Metadata-Flavor): act on it, and
+            # without a usable ETag ask for the current value each time (paced like a poll).
+            self.etag = "0"
+            raise MetadataGarbage(f"{self.key}: answer without a usable ETag", found)
         self.etag = etag
         return found
 
@@ -176,6 +181,8 @@ class AzureSource:
         self.vm_name = ""
         self._headers: Mapping[str, str] = {azure.HEADER: "true"}
         self._enabled = False  # an answer came: the service is on for this VM
+        self._alone: set[str] = set()  # events of the last reading naming this VM alone
+        self._lock = threading.Lock()
 
     def observe(self) -> list[Observed]:
         if not self.vm_name:
@@ -186,12 +193,34 @@ class AzureSource:
             self._headers,
             REQUEST_TIMEOUT if self._enabled else AZURE_FIRST_CALL,
         )
-        found = azure.parse_events(reply.status, reply.body, self.vm_name)
+        try:
+            found = azure.parse_events(reply.status, reply.body, self.vm_name)
+        except MetadataGarbage as exc:
+            self._remember(exc.observed or [])
+            raise
         self._enabled = True
+        self._remember(found)
         return found
 
+    def _remember(self, found: list[Observed]) -> None:
+        with self._lock:
+            self._alone = {o.event_id for o in found if o.approvable}
+
     def acknowledge(self, event_ids: list[str]) -> bool:
-        """Approve events (StartRequests); True when the platform took the approval."""
+        """Approve events (StartRequests); True once settled: the platform took the approval,
+        or the events are not this VM's alone to approve (that would release them for the
+        other VMs they name, or this VM's name is unknown), so they never will be."""
+        with self._lock:
+            others = [e for e in event_ids if e not in self._alone]
+        if others:
+            log.warning(
+                "not approving scheduled event %s: it names other VMs (or this VM's name is"
+                " unknown), and approving it would release it for them too",
+                ", ".join(others),
+            )
+            event_ids = [e for e in event_ids if e not in others]
+            if not event_ids:
+                return True
         try:
             reply = self.http.request(
                 "POST",

@@ -19,40 +19,66 @@ from xce_agent.cloud.fetch import BoundedHttp, MetadataError
 from xce_agent.cloud.observed import MetadataGarbage, Observed
 from xce_agent.cloud.sources import AzureSource, Source, sources_for
 from xce_agent.cloud_config import PROVIDERS, CloudConfig
-from xce_protocol.notices import Notice, NoticeState
+from xce_protocol.notices import Impact, Notice, NoticeKind, NoticeState
 
 log = logging.getLogger(__name__)
 
 MAX_ERROR_PAUSE = 10.0
 
 
-class Tracker:
-    """The notices each source reports, and what changed since its last reading."""
+END_AFTER = 2  # readings in a row without an event before it counts as over
 
-    def __init__(self, provider: str) -> None:
+
+class Tracker:
+    """The notices each source reports, and what changed since its last reading.
+
+    An event ends only once `END_AFTER` readings in a row lack it: one answer of a flapping
+    metadata service without it would otherwise reopen a host just before the platform acts.
+    (A long-poll's reading, which comes when the value changed, ends it at once.)
+    """
+
+    def __init__(self, provider: str, end_after: int = END_AFTER) -> None:
         self.provider = provider
+        self.end_after = end_after
         self._current: dict[str, dict[str, Notice]] = {}
+        self._missing: dict[str, dict[str, int]] = {}  # readings in a row without the event
         self._first_seen: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def update(self, source: str, observed: list[Observed], now: float) -> list[Notice]:
+    def update(
+        self, source: str, observed: list[Observed], now: float, end_after: int | None = None
+    ) -> list[Notice]:
+        """What is news in this reading; `end_after` overrides the readings an end needs."""
+        needed = self.end_after if end_after is None else end_after
         with self._lock:
             before = self._current.get(source, {})
+            missing = self._missing.setdefault(source, {})
             after: dict[str, Notice] = {}
-            for obs in observed:
+            for obs in _most_severe_per_event(observed):
                 first = self._first_seen.setdefault(obs.event_id, now)
                 after[obs.event_id] = self._notice(obs, first, before.get(obs.event_id))
-            self._current[source] = after
+                missing.pop(obs.event_id, None)
             news = [n for key, n in after.items() if before.get(key) != n]
             for key, gone in before.items():
-                if key not in after:
-                    self._first_seen.pop(key, None)
-                    news.append(replace(gone, state=NoticeState.ENDED))
+                if key in after:
+                    continue
+                missing[key] = missing.get(key, 0) + 1
+                if missing[key] < needed:
+                    after[key] = gone  # not over yet: it may be back in the next answer
+                    continue
+                del missing[key]
+                self._first_seen.pop(key, None)
+                news.append(replace(gone, state=NoticeState.ENDED))
+            self._current[source] = after
             return news
 
     def active(self) -> list[Notice]:
         with self._lock:
             return [n for notices in self._current.values() for n in notices.values()]
+
+    def knows(self, event_id: str) -> bool:
+        """Whether some source reports the event now."""
+        return any(n.event_id == event_id for n in self.active())
 
     def _notice(self, obs: Observed, first: float, known: Notice | None) -> Notice:
         deadline = obs.deadline
@@ -69,6 +95,27 @@ class Tracker:
             obs.impact,
             obs.raw,
         )
+
+
+_RANK = {
+    NoticeKind.REBALANCE: 1,
+    NoticeKind.MAINTENANCE: 2,
+    NoticeKind.TERMINATION: 4,
+    NoticeKind.PREEMPTION: 4,
+    NoticeKind.SHUTDOWN: 5,
+}
+
+
+def _most_severe_per_event(observed: list[Observed]) -> list[Observed]:
+    """One event per id: a document listing an id twice (a Freeze and a Preempt, say) is
+    taken at its most severe, whatever the order, so a preemption is never read as a pause."""
+    chosen: dict[str, Observed] = {}
+    for obs in observed:
+        rank = _RANK[obs.kind] + (obs.impact is Impact.REBOOT)
+        known = chosen.get(obs.event_id)
+        if known is None or rank > _RANK[known.kind] + (known.impact is Impact.REBOOT):
+            chosen[obs.event_id] = obs
+    return list(chosen.values())
 
 
 class Watcher:
@@ -91,6 +138,7 @@ class Watcher:
         self.stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self._read: set[str] = set()  # sources read once (their first answer is immediate)
+        self._known: set[str] = set()  # sources whose reading the tracker holds
 
     def start(self) -> None:
         log.info(
@@ -115,8 +163,13 @@ class Watcher:
         for thread in self._threads:
             thread.join(max(0.0, end - time.monotonic()))
 
+    def ready(self) -> bool:
+        """Every source was read since the start: what the tracker lacks is not there."""
+        return all(s.name in self._known for s in self.sources)
+
     def acknowledge(self, event_ids: list[str]) -> bool:
-        """Tell the platform it may go ahead (Azure StartRequests); False where not supported."""
+        """Tell the platform it may go ahead (Azure StartRequests); True once settled (see
+        AzureSource.acknowledge), False where not supported or when it failed."""
         for source in self.sources:
             if isinstance(source, AzureSource):
                 return source.acknowledge(event_ids)
@@ -128,14 +181,21 @@ class Watcher:
             started = time.monotonic()
             try:
                 observed = source.observe()
-            except (MetadataError, MetadataGarbage) as exc:
+            except MetadataGarbage as exc:
                 if self.stopped.is_set():
                     return
                 failures += 1
                 self._failed(source, exc, failures)
-                self.stopped.wait(
-                    min(MAX_ERROR_PAUSE, self.poll_interval * 2 ** min(failures - 1, 4))
-                )
+                if exc.observed is None:
+                    self._pause(failures)
+                    continue
+                observed = exc.observed  # the valid part: acted on, and polled as usual
+            except MetadataError as exc:
+                if self.stopped.is_set():
+                    return
+                failures += 1
+                self._failed(source, exc, failures)
+                self._pause(failures)
                 continue
             except Exception:  # a bug in a parser must not end the watch
                 failures += 1
@@ -143,12 +203,16 @@ class Watcher:
                     log.exception("%s: reading the metadata failed", source.name)
                 self.stopped.wait(MAX_ERROR_PAUSE)
                 continue
-            if failures:
-                log.info("%s: metadata answers again", source.name)
+            else:
+                if failures:
+                    log.info("%s: metadata answers again", source.name)
                 failures = 0
             if self.stopped.is_set():
                 return
-            news = self.tracker.update(source.name, observed, self.wall())
+            # A long-poll answers when the value changed: its reading is the server's word.
+            ends = 1 if source.long_poll else None
+            news = self.tracker.update(source.name, observed, self.wall(), ends)
+            self._known.add(source.name)
             for notice in news:
                 self._hand_on(notice)
             # A long-poll that comes back at once with nothing new ignores wait_for_change:
@@ -157,6 +221,9 @@ class Watcher:
             if not source.long_poll or (quick and not news and self._seen(source)):
                 self.stopped.wait(self.poll_interval)
             self._read.add(source.name)
+
+    def _pause(self, failures: int) -> None:
+        self.stopped.wait(min(MAX_ERROR_PAUSE, self.poll_interval * 2 ** min(failures - 1, 4)))
 
     def _seen(self, source: Source) -> bool:
         return source.name in self._read

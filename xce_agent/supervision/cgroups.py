@@ -5,7 +5,11 @@ leaf `agent/` (cgroup v2 lets processes live only in leaves once children exist)
 each component inside `component-NAME/`, so whatever the component forks, double-forks or
 setsid()s stays accounted to it: a stop kills the whole cgroup (`cgroup.kill`, or SIGKILL to
 every member where the kernel lacks it), and membership is part of a process's identity.
-Without a delegated cgroup the caller falls back to process groups and says so.
+A component with limits is started in a systemd scope instead where systemd runs the host
+(scopes.py): its cgroup is then the scope's. Either way a component's cgroups are derived
+from the agent's own cgroup (or slice) and its name, never read from the state, and a
+process is the component's only if it is in one of them. Without a delegated cgroup the
+caller falls back to process groups and says so.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from xce_agent.supervision.spec import ResourceLimits
+from xce_agent.supervision import scopes as sc
+from xce_agent.supervision.spec import ComponentSpec, ResourceLimits
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +44,44 @@ class Detection:
 class CgroupTree:
     """The agent's delegated cgroup `root`; components live in `root/component-NAME`."""
 
-    def __init__(self, root: Path, may_enable: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        may_enable: bool = False,
+        scopes: sc.Scopes | None = None,
+        mount: Path | None = None,
+    ) -> None:
         self.root = root
+        self.scopes = scopes  # where components with limits run, when systemd runs the host
+        self.mount = mount or cgroup2_mount() or Path("/sys/fs/cgroup")
         # Whether controllers may be enabled on `root`: only when no process is ever placed
         # in it (systemd's DelegateSubgroup= starts the agent in agent/ already). Otherwise
         # systemd could not start the next agent in the unit's cgroup (cgroup v2's "no
-        # internal processes" rule), so limits stay unenforced and the log says so.
+        # internal processes" rule): limits are then enforced by systemd scopes (`scopes`),
+        # or not at all, and the log and `status` say so.
         self.may_enable = may_enable
 
     def describe(self) -> str:
         return f"cgroup {self.root}"
+
+    def limits_note(self, spec: ComponentSpec) -> str:
+        """How `spec`'s limits are enforced, for `status`; "" when it has none."""
+        if not spec.limits.any():
+            return ""
+        if self.scopes is not None and self.scoped(spec):
+            missing = self.scopes.unenforced(spec.limits)
+            where = f"systemd scope {self.scopes.unit(spec.name)}"
+            if missing:
+                return (
+                    f"{', '.join(missing)} NOT enforced (no such controller on this host); {where}"
+                )
+            return f"enforced by {where}"
+        if self.may_enable:
+            missing = sc.unenforced(spec.limits, self.root)
+            if missing:
+                return f"{', '.join(missing)} NOT enforced (no such controller in {self.root})"
+            return f"enforced in {self.leaf(spec.name)}"
+        return "NOT enforced: no systemd scopes here, and no controllers in the agent's cgroup"
 
     # --- set-up -----------------------------------------------------------------------
     def enter_agent_leaf(self) -> None:
@@ -63,13 +96,28 @@ class CgroupTree:
     def relative(self, name: str) -> str:
         return f"{LEAF_PREFIX}{name}"
 
+    def leaves(self, name: str) -> list[Path]:
+        """Every cgroup the component may have processes in: its leaf, and its scope."""
+        return [self.leaf(name), *([self.scopes.cgroup(name)] if self.scopes else [])]
+
+    def scoped(self, spec: ComponentSpec) -> bool:
+        """`spec` starts in a systemd scope: it has limits only systemd can enforce here."""
+        return self.scopes is not None and spec.limits.any() and not self.may_enable
+
+    def recorded_path(self, spec: ComponentSpec) -> str:
+        """Where `spec` runs, for the record (shown, never trusted when read back)."""
+        if self.scopes is not None and self.scoped(spec):
+            return str(self.scopes.cgroup(spec.name).relative_to(self.mount))
+        return self.relative(spec.name)
+
     def names(self) -> list[str]:
         """Components that have a cgroup here (also ones no longer configured)."""
         try:
             entries = sorted(os.listdir(self.root))
         except OSError:
-            return []
-        return [e[len(LEAF_PREFIX) :] for e in entries if e.startswith(LEAF_PREFIX)]
+            entries = []
+        names = {e[len(LEAF_PREFIX) :] for e in entries if e.startswith(LEAF_PREFIX)}
+        return sorted(names | set(self.scopes.names() if self.scopes else ()))
 
     def open_procs(self, name: str, limits: ResourceLimits) -> int:
         """An fd on the leaf's cgroup.procs; a child that writes "0" into it moves in.
@@ -101,7 +149,7 @@ class CgroupTree:
             except OSError:
                 missing.append(filename)
         if missing:
-            how = "" if self.may_enable else " (needs DelegateSubgroup=agent, systemd 254+)"
+            how = "" if self.may_enable else " (and systemd scopes are not available)"
             log.warning(
                 "%s: %s not enforced: the controller is not enabled for the agent's cgroup%s",
                 name,
@@ -129,28 +177,28 @@ class CgroupTree:
 
     # --- membership -------------------------------------------------------------------
     def pids(self, name: str) -> list[int]:
-        try:
-            text = (self.leaf(name) / "cgroup.procs").read_text()
-        except OSError:
-            return []
-        return [int(line) for line in text.split()]
+        found: list[int] = []
+        for leaf in self.leaves(name):
+            try:
+                found += [int(line) for line in (leaf / "cgroup.procs").read_text().split()]
+            except OSError:
+                continue
+        return found
 
     def populated(self, name: str) -> bool:
+        return any(_populated(leaf) for leaf in self.leaves(name))
+
+    def cgroup_of(self, pid: int) -> Path | None:
+        """The cgroup `pid` is in, as a directory of the cgroup2 mount; None if gone."""
         try:
-            text = (self.leaf(name) / "cgroup.events").read_text()
-        except FileNotFoundError:
-            return False
+            mine = _own_path(Path(f"/proc/{pid}/cgroup").read_text())
         except OSError:
-            return bool(self.pids(name))
-        return "populated 1" in text
+            return None
+        return None if mine is None else self.mount / mine.strip("/")
 
     def contains(self, name: str, pid: int) -> bool:
-        try:
-            text = Path(f"/proc/{pid}/cgroup").read_text()
-        except OSError:
-            return False
-        mine = _own_path(text)
-        return mine is not None and mine.rstrip("/").endswith("/" + self.relative(name))
+        """`pid` is in one of the component's own cgroups (the exact directories)."""
+        return self.cgroup_of(pid) in self.leaves(name)
 
     # --- signals ----------------------------------------------------------------------
     def signal(self, name: str, signum: int) -> None:
@@ -159,32 +207,9 @@ class CgroupTree:
                 os.kill(pid, signum)
 
     def kill(self, name: str) -> None:
-        """SIGKILL every process of the leaf, including ones forked meanwhile."""
-        if not self.leaf(name).exists():
-            return
-        try:
-            fd = os.open(self.leaf(name) / "cgroup.kill", os.O_WRONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.EACCES, errno.EPERM):
-                raise
-        else:
-            try:
-                os.write(fd, b"1")
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-            finally:
-                os.close(fd)
-        # Kernels before 5.14: kill what is there until nothing is left (forks race us).
-        for _ in range(100):
-            pids = self.pids(name)
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.001)
+        """SIGKILL every process of the component's cgroups, including ones forked meanwhile."""
+        for leaf in self.leaves(name):
+            _kill(leaf)
 
     def wait_empty(self, name: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -195,8 +220,53 @@ class CgroupTree:
         return True
 
     def remove(self, name: str) -> None:
+        """Remove the component's leaf (systemd removes a scope once it is empty)."""
         with contextlib.suppress(OSError):
             self.leaf(name).rmdir()
+
+
+def _populated(leaf: Path) -> bool:
+    try:
+        text = (leaf / "cgroup.events").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            return bool((leaf / "cgroup.procs").read_text().split())
+        except OSError:
+            return False
+    return "populated 1" in text
+
+
+def _kill(leaf: Path) -> None:
+    if not leaf.exists():
+        return
+    try:
+        fd = os.open(leaf / "cgroup.kill", os.O_WRONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.EACCES, errno.EPERM):
+            raise
+    else:
+        try:
+            os.write(fd, b"1")
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+        finally:
+            os.close(fd)
+    # Kernels before 5.14: kill what is there until nothing is left (forks race us).
+    for _ in range(100):
+        try:
+            pids = [int(x) for x in (leaf / "cgroup.procs").read_text().split()]
+        except OSError:
+            return
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.001)
 
 
 def enter(detection: Detection) -> Detection:
@@ -231,7 +301,7 @@ def _own_path(proc_cgroup: str) -> str | None:
     return None
 
 
-def _cgroup2_mount() -> Path | None:
+def cgroup2_mount() -> Path | None:
     try:
         text = Path("/proc/self/mountinfo").read_text()
     except OSError:
@@ -243,16 +313,16 @@ def _cgroup2_mount() -> Path | None:
     return None
 
 
-def detect() -> Detection:
+def detect(state_directory: Path | None = None) -> Detection:
     """The delegated cgroup this agent may use, or why it falls back to process groups."""
     fallback = "process groups (a component that leaves its group escapes a stop): "
     explicit = os.environ.get(CGROUP_ENV)
     if explicit:
-        root = Path(explicit)
+        root = Path(os.path.normpath(explicit))
         if not (root / "cgroup.procs").exists():
             return Detection(None, fallback + f"{CGROUP_ENV}={explicit} is not a cgroup")
         return Detection(CgroupTree(root, may_enable=True), f"cgroup {root} (from {CGROUP_ENV})")
-    mount = _cgroup2_mount()
+    mount = cgroup2_mount()
     try:
         own = _own_path(Path("/proc/self/cgroup").read_text())
     except OSError:
@@ -266,7 +336,15 @@ def detect() -> Detection:
         return Detection(None, fallback + f"cgroup {root} is not delegated (Delegate=yes)")
     if not os.access(root, os.W_OK):
         return Detection(None, fallback + f"cgroup {root} is not writable")
-    return Detection(CgroupTree(root, may_enable=in_leaf), f"cgroup {root} (delegated)")
+    if in_leaf:
+        return Detection(
+            CgroupTree(root, may_enable=True, mount=mount),
+            f"cgroup {root} (delegated); limits: in the component cgroups",
+        )
+    found, why = sc.detect(mount, state_directory or Path("."), root.name)
+    limits = f"systemd scope units in {sc.SLICE}" if found else f"not enforced ({why})"
+    tree = CgroupTree(root, scopes=found, mount=mount)
+    return Detection(tree, f"cgroup {root} (delegated); limits: {limits}")
 
 
 def _delegated(path: Path) -> bool:

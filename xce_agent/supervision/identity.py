@@ -8,38 +8,16 @@ recorded the moment it started; anything else is another process.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
+
+from xce_agent.supervision.boot import boot_id, boot_time, same_boot
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _DELETED = " (deleted)"  # readlink of /proc/PID/exe once a package upgrade replaced the file
-
-
-@functools.lru_cache(maxsize=1)
-def boot_id() -> str:
-    """This boot's id; a pid recorded under another boot id is never adopted."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def same_boot(recorded_id: str, recorded_boot_time: float) -> bool:
-    """The record is from this boot.
-
-    The boot id decides, except where the two views of it differ within one boot: a
-    container manager may mount its own boot id over /proc, which a service's private
-    /proc/sys (ProtectKernelTunables=) does not show. Then the boot time decides (a reboot
-    moves it by far more than the 2 s a clock step could).
-    """
-    if recorded_id == boot_id():
-        return True
-    return recorded_boot_time > 0 and abs(recorded_boot_time - boot_time()) <= 2.0
 
 
 def start_ticks(pid: int) -> int:
@@ -175,18 +153,6 @@ class ProcessIdentity:
     def started_epoch(self) -> float:
         """Wall-clock start time, for display and uptime."""
         return boot_time() + self.ticks / CLOCK_TICKS
-
-
-def boot_time() -> float:
-    """When this boot began, in epoch seconds (btime of /proc/stat)."""
-    try:
-        with open("/proc/stat", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"btime "):
-                    return float(int(line.split()[1]))
-    except (OSError, ValueError):
-        pass
-    return 0.0
 
 
 def observe(

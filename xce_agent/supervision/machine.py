@@ -18,7 +18,7 @@ from xce_agent.supervision.spec import ComponentSpec, RestartPolicy
 from xce_protocol.reasons import Reason
 
 
-class Phase(enum.Enum):
+class Phase(str, enum.Enum):
     STOPPED = "stopped"  # not running and not wanted
     STARTING = "starting"  # spawn requested, pid not known yet
     RUNNING = "running"

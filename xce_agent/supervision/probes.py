@@ -7,6 +7,7 @@ result goes back to the loop as a ProbeResult event.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import signal
 import socket
@@ -73,6 +74,7 @@ def _http(probe: ProbeSpec) -> tuple[bool, str]:
             status = int(response.status)
     except urllib.error.HTTPError as exc:
         status = exc.code
-    except (urllib.error.URLError, OSError) as exc:
-        return False, f"http probe failed: {getattr(exc, 'reason', exc)}"
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        # A garbled answer (another server on a reused port, a half-dead one) fails the probe too.
+        return False, f"http probe failed: {getattr(exc, 'reason', exc) or type(exc).__name__}"
     return 200 <= status < 400, f"http probe got status {status}"

@@ -22,10 +22,10 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from xce_agent.supervision.boot import boot_id
 from xce_agent.supervision.cgroups import CgroupTree
 from xce_agent.supervision.identity import (
     ProcessIdentity,
-    boot_id,
     current,
     executable,
     mismatch,
@@ -33,6 +33,7 @@ from xce_agent.supervision.identity import (
     spec_digest,
 )
 from xce_agent.supervision.output import OutputPipe
+from xce_agent.supervision.scopes import Scopes
 from xce_agent.supervision.spec import ComponentSpec
 
 log = logging.getLogger(__name__)
@@ -154,15 +155,27 @@ class ProcessRunner:
     def forget_env(self, name: str) -> None:
         self._envs.pop(name, None)
 
+    def ready(self, spec: ComponentSpec) -> bool:
+        """`spec` can be started now: no scope of its previous run is still loaded."""
+        tree = self.cgroups
+        if tree is None or tree.scopes is None or not tree.scoped(spec):
+            return True
+        return not tree.scopes.loaded(spec.name)
+
     def spawn(self, spec: ComponentSpec, output: OutputPipe | None) -> Handle:
         out = output.child_fd() if output else subprocess.DEVNULL
         procs = -1
+        tree = self.cgroups
         try:
             creds = credentials(spec.user, spec.group)
-            if self.cgroups is not None:
-                procs = self.cgroups.open_procs(spec.name, spec.limits)
+            argv = list(spec.command)
+            if tree is not None and tree.scopes is not None and tree.scoped(spec):
+                argv = _scoped(tree.scopes, spec, creds)
+                creds = Credentials()  # systemd-run talks to systemd as root; setpriv switches
+            elif tree is not None:
+                procs = tree.open_procs(spec.name, spec.limits)
             popen = subprocess.Popen(
-                list(spec.command),
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
@@ -187,7 +200,7 @@ class ProcessRunner:
             if procs >= 0:
                 os.close(procs)
         pidfd = os.pidfd_open(popen.pid)
-        cgroup = self.cgroups.relative(spec.name) if self.cgroups else ""
+        cgroup = tree.recorded_path(spec) if tree else ""
         identity = replace(
             observe(popen.pid, spec.command, digest_of(spec), cgroup),
             stop_signal=spec.stop_signal,
@@ -213,20 +226,11 @@ class ProcessRunner:
         # Any mismatch means "gone": an edited state file must not make us signal a stranger
         # (a process of ours that changed itself is killed with its cgroup before the start).
         why = mismatch(recorded)
-        if why and self._vouched(recorded, spec.name):
-            # Exact pid and start time, in the component's cgroup (only the agent puts a
-            # process there): ours, exec'd since the last save of an agent killed -9.
-            why, recorded = "", current(recorded)
+        if self.cgroups is not None:
+            why, recorded = self._contained(recorded, spec, why)
         if why:
             os.close(pidfd)
             return Adoption(None, gone=why)
-        if self.cgroups is not None and not self.cgroups.contains(spec.name, recorded.pid):
-            if recorded.cgroup:
-                os.close(pidfd)
-                return Adoption(None, gone="not in the component's cgroup")
-            # Started before the agent had a delegated cgroup (an upgrade): move it in.
-            self.cgroups.move(spec.name, recorded.pid)
-            recorded = replace(recorded, cgroup=self.cgroups.relative(spec.name))
         handle = Handle(recorded, pidfd, None)
         changed = (
             recorded.digest != digest_of(spec)
@@ -235,16 +239,54 @@ class ProcessRunner:
         )
         if changed:
             return Adoption(handle, replace="its configured command or settings changed")
-        return Adoption(handle)
+        return Adoption(handle, replace=self._limits_changed(recorded.pid, spec))
 
-    def _vouched(self, recorded: ProcessIdentity, name: str) -> bool:
-        if self.cgroups is None or not recorded.cgroup or mismatch(recorded, program=False):
-            return False
-        if not executable(recorded.pid):  # a zombie: gone, whatever its cgroup says
-            return False
-        return recorded.cgroup == self.cgroups.relative(name) and self.cgroups.contains(
-            name, recorded.pid
-        )
+    def _contained(
+        self, recorded: ProcessIdentity, spec: ComponentSpec, why: str
+    ) -> tuple[str, ProcessIdentity]:
+        """The process must be in one of the component's cgroups, derived here from the
+        agent's own cgroup and the name: a path read from the state is never trusted."""
+        tree = self.cgroups
+        assert tree is not None
+        where = tree.cgroup_of(recorded.pid)
+        if where is not None and where in tree.leaves(spec.name):
+            if why and not mismatch(recorded, program=False) and executable(recorded.pid):
+                # Exact pid and start time, in the component's cgroup (only the agent puts a
+                # process there): ours, exec'd since the last save of an agent killed -9.
+                return "", current(recorded)
+            return why, recorded
+        if why:
+            return why, recorded
+        if where == tree.root:
+            # In the agent's own unit cgroup, where only this unit's processes are: started
+            # by an agent version from before containment (an upgrade). Move it in.
+            tree.move(spec.name, recorded.pid)
+            return "", replace(recorded, cgroup=tree.relative(spec.name))
+        shown = "/" + str(where.relative_to(tree.mount)).strip(".") if where else "none"
+        return f"in cgroup {shown}, not in the component's cgroup", recorded
+
+    def _limits_changed(self, pid: int, spec: ComponentSpec) -> str:
+        """Why an adopted process must be started anew: its limits were added, removed or
+        changed meanwhile (a scope's limits are systemd's record of how it was created)."""
+        tree = self.cgroups
+        if tree is None or tree.scopes is None:
+            return ""
+        in_scope = tree.cgroup_of(pid) == tree.scopes.cgroup(spec.name)
+        if tree.scoped(spec) and not in_scope:
+            return "its limits are now enforced in a systemd scope"
+        if in_scope and not tree.scoped(spec):
+            return "its limits were removed"
+        if in_scope and tree.scopes.started_with(spec.name) not in (None, spec.limits):
+            return "its limits changed"
+        return ""
+
+    def limits_note(self, spec: ComponentSpec) -> str:
+        """How the limits of `spec` are enforced here, for `status`; "" without limits."""
+        if not spec.limits.any():
+            return ""
+        if self.cgroups is None:
+            return "NOT enforced: no cgroup (process groups)"
+        return self.cgroups.limits_note(spec)
 
     def reap(self, handle: Handle) -> tuple[int | None, int | None]:
         """(exit code, killing signal) once the pidfd said it exited; unknown if adopted."""
@@ -284,3 +326,10 @@ def _spawn_error_text(spec: ComponentSpec, exc: BaseException) -> str:
             return f"{exc.filename}: {os.strerror(exc.errno)}"
         return f"{spec.command[0]}: {os.strerror(exc.errno)}"
     return f"{spec.command[0]}: {exc}"
+
+
+def _scoped(scopes: Scopes, spec: ComponentSpec, creds: Credentials) -> list[str]:
+    """The argv that starts `spec` in its systemd scope, switching user once it is in it."""
+    if (creds.user, creds.group) != (None, None) and not scopes.setpriv:
+        raise SpawnError("cannot switch user inside a systemd scope: setpriv is not installed")
+    return scopes.command(spec, creds.user, creds.group, creds.extra_groups)

@@ -203,6 +203,9 @@ class Supervisor:
         """Variables (and inherited descriptors) for the next starts of `name`."""
         self._runner.set_extra_env(name, env, fds)
 
+    def limits_note(self, name: str) -> str:
+        return self._runner.limits_note(self.specs[name])
+
     def restart(self, name: str, reason: str) -> None:
         """Stop gracefully, then start again (or just start when not running)."""
         self.notes[name] = reason
@@ -330,12 +333,19 @@ class Supervisor:
         else:
             self.on_decommission_exit(name, action.code)
 
-    def _spawn(self, name: str) -> None:
-        spec = self.specs[name]
+    def _spawn(self, name: str, waited: float = 0.0) -> None:
+        spec = self.specs.get(name)
+        if spec is None or self._states[name].phase is not m.Phase.STARTING:
+            return  # removed, or stopped, while a deferred start waited
         stray = 0 if name in self._killed else self._runner.kill_leftovers(name)
         self._killed.discard(name)
         if stray:
             log.warning("%s: killed %d leftover processes in its cgroup before start", name, stray)
+        if waited < 5.0 and not self._runner.ready(spec):
+            # Its previous scope is still known to systemd (for a few ms after it emptied):
+            # the same unit name cannot be started again until it is gone.
+            self.reactor.call_later(0.01, lambda: self._spawn_later(name, waited + 0.01))
+            return
         try:
             handle = self._runner.spawn(spec, self.outputs.get(name))
         except SpawnError as exc:
@@ -344,6 +354,11 @@ class Supervisor:
             return
         self._watch(name, handle)
         self._queue.append((name, m.Spawned(handle.pid)))
+
+    def _spawn_later(self, name: str, waited: float) -> None:
+        self._spawn(name, waited)
+        if self._queue and not self._draining:  # what the spawn queued (Spawned, SpawnFailed)
+            self.post(*self._queue.popleft())
 
     def _watch(self, name: str, handle: Handle) -> None:
         self._handles[name] = handle

@@ -1,0 +1,66 @@
+"""A component's `restart:` policy and backoff, checked into a RestartSpec."""
+
+from __future__ import annotations
+
+from xce_agent.supervision.spec import RestartPolicy, RestartSpec
+from xce_protocol.validation import Checker, describe, join_path
+from xce_protocol.yamlsource import LineDict
+
+
+def parse_restart(node: LineDict, p: str, c: Checker) -> RestartSpec | None:
+    base = RestartSpec()
+    if "restart" not in node:
+        return base
+    r = c.mapping(node, "restart", p)
+    if r is None:
+        return None
+    rp = join_path(p, "restart")
+    c.allowed_keys(
+        r,
+        rp,
+        (
+            "policy",
+            "initial_delay",
+            "delay",
+            "max_delay",
+            "multiplier",
+            "jitter",
+            "reset_after",
+            "give_up",
+        ),
+    )
+    policy = c.choice(r, "policy", rp, [x.value for x in RestartPolicy], default=base.policy.value)
+    values = (
+        c.duration(r, "initial_delay", rp, default=base.initial_delay),
+        c.duration(r, "delay", rp, default=base.delay),
+        c.duration(r, "max_delay", rp, default=base.max_delay),
+        c.number(r, "multiplier", rp, default=base.multiplier, minimum=1.0, maximum=100.0),
+        c.number(r, "jitter", rp, default=base.jitter, minimum=0.0, maximum=1.0),
+        c.duration(r, "reset_after", rp, default=base.reset_after),
+    )
+    starts: int | None = base.give_up_starts
+    window: float | None = base.give_up_window
+    if "give_up" in r:
+        g = c.mapping(r, "give_up", rp)
+        gp = join_path(rp, "give_up")
+        if g is not None:
+            c.allowed_keys(g, gp, ("starts", "window"))
+            starts = c.integer(g, "starts", gp, required=True, minimum=1, maximum=10000)
+            window = c.duration(g, "window", gp, required=True, positive=True)
+        else:
+            return None
+    numbers = [v for v in values if v is not None]
+    if policy is None or len(numbers) != len(values) or starts is None or window is None:
+        return None
+    initial, delay, max_delay, mult, jitter, reset = numbers
+    if max_delay < max(initial, delay):
+        c.report(
+            join_path(rp, "max_delay"),
+            "a duration >= initial_delay and delay",
+            describe(r.get("max_delay", max_delay)),
+            c.line_of(r, "max_delay"),
+        )
+        return None
+    return RestartSpec(
+        RestartPolicy(policy), initial, delay, max_delay, mult, jitter, reset, starts, window
+    )
