@@ -102,7 +102,7 @@ class Checker:
             return None
         text = str(value)
         bad = not text.strip() or "\x00" in text
-        if bad or (pattern is not None and not pattern.match(text)):
+        if bad or (pattern is not None and not pattern.fullmatch(text)):
             self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
             return None
         return text
