@@ -270,9 +270,14 @@ def _human(seconds: float) -> str:
 
 def _range_text(kind: str, minimum: float | None, maximum: float | None) -> str:
     if minimum is not None and maximum is not None:
-        return f"{kind} from {minimum:g} to {maximum:g}"
+        return f"{kind} from {_bound(minimum)} to {_bound(maximum)}"
     if minimum is not None:
-        return f"{kind} >= {minimum:g}"
+        return f"{kind} >= {_bound(minimum)}"
     if maximum is not None:
-        return f"{kind} <= {maximum:g}"
+        return f"{kind} <= {_bound(maximum)}"
     return kind
+
+
+def _bound(value: float) -> str:
+    # Exact for whole numbers: tasks_max's 4194304 read "4.1943e+06" with :g.
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

@@ -69,7 +69,7 @@ BAD_NUMBERS = [
     ("        limits: {memory_max: 1.5G}\n", "limits.memory_max: expected a size"),
     ('        limits: {memory_max: "\u0664G"}\n', "limits.memory_max: expected a size"),  # 4G
     ("        limits: {tasks_max: .inf}\n", "limits.tasks_max: expected an integer"),
-    ("        limits: {tasks_max: 4194305}\n", "limits.tasks_max: expected an integer"),
+    ("        limits: {tasks_max: 4194305}\n", "tasks_max: expected an integer from 1 to 4194304,"),
     ("        limits: {cpu_weight: '50'}\n", "limits.cpu_weight: expected an integer"),
     ('        group: "99999999999"\n', "group: expected"),  # was an OverflowError traceback
     ('        user: "\u0660"\n', "user: expected"),  # ARABIC-INDIC DIGIT ZERO: uid 0, root
