@@ -14,7 +14,7 @@ from typing import Any
 from xce_protocol.yamlsource import LineDict, LineList
 
 _MISSING = object()
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", re.ASCII)  # ASCII digits only
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 # The longest duration any config accepts: 7 days. Timers built from it stay far below the
 # 2**31 ms that poll/epoll and most platforms' timers take, and every value is finite.
@@ -254,7 +254,7 @@ def parse_duration(value: object) -> float | None:
     if isinstance(value, (int, float)):
         return float(value) if math.isfinite(value) else None
     if isinstance(value, str) and len(value) <= 40:
-        match = _DURATION.match(value)
+        match = _DURATION.fullmatch(value)
         if match:
             seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
             return seconds if math.isfinite(seconds) else None
