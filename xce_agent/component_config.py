@@ -48,7 +48,7 @@ def parse_component(
     role: str, name: object, node: object, line: int, c: Checker, clustered: bool = True
 ) -> ComponentSpec | None:
     p = f"roles.{role}.components.{name}"
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         c.report(p, "a component name (letters, digits, . _ -)", describe(name), line)
         return None
     if not isinstance(node, LineDict):

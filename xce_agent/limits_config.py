@@ -8,7 +8,7 @@ from xce_agent.supervision.spec import ResourceLimits
 from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict
 
-_SIZE = re.compile(r"^\s*(\d{1,15})\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d{1,15})\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE | re.ASCII)
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 

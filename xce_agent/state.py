@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from xce_agent import pending_notices
+from xce_agent.component_config import NAME
 from xce_agent.errors import StateError
 from xce_agent.membership import MembershipState, Standing
 from xce_agent.pending_notices import PendingNotice
@@ -165,6 +166,7 @@ class AgentState:
                     limits=str(limits.get(c.get("name"), "")),
                 )
                 for c in data.get("components", [])
+                if _named(c)
             )
             return cls(
                 lifecycle=_lifecycle(data["lifecycle"]),
@@ -220,6 +222,16 @@ def _membership(contact: dict[str, Any], tomb: Tombstone | None) -> MembershipSt
         detail=str(contact.get("detail", "")),
         instance_id=str(contact.get("instance_id", "")),
     )
+
+
+def _named(data: Any) -> bool:
+    """A record names a component only by a valid component name: the name becomes cgroup,
+    scope and file paths, and `a/../../b` would lead out of the agent's own."""
+    name = data.get("name") if isinstance(data, dict) else None
+    if isinstance(name, str) and NAME.fullmatch(name):
+        return True
+    log.warning("state: ignored a component record with an invalid name %.80r", name)
+    return False
 
 
 def _component(data: Any) -> ComponentRecord:

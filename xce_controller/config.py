@@ -20,7 +20,8 @@ from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict, SourceError, load_file, load_text
 
 _NAME = re.compile(names.TEMPLATE)
-_WINDOW = re.compile(r"^(\S+\s+)?\d{1,2}:\d{2}-\d{1,2}:\d{2}$")
+# Matched against the whole value, ASCII digits only (int() reads other scripts' digits too).
+_WINDOW = re.compile(r"(\S+\s+)?\d{1,2}:\d{2}-\d{1,2}:\d{2}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def _template(name: str, body: LineDict, p: str, c: Checker) -> Template | None:
     groups = c.string_list(body, "host_groups", p)
     windows = c.string_list(body, "dispatch_windows", p)
     for index, window in enumerate(windows or []):
-        if not _WINDOW.match(window):
+        if not _WINDOW.fullmatch(window):
             c.report(
                 f"{join_path(p, 'dispatch_windows')}[{index}]",
                 "a window like 'Mon-Fri 08:00-18:00' or '22:00-06:00'",

@@ -14,7 +14,7 @@ from typing import Any
 from xce_protocol.yamlsource import LineDict, LineList
 
 _MISSING = object()
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", re.ASCII)  # ASCII digits only
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 # The longest duration any config accepts: 7 days. Timers built from it stay far below the
 # 2**31 ms that poll/epoll and most platforms' timers take, and every value is finite.
@@ -102,7 +102,7 @@ class Checker:
             return None
         text = str(value)
         bad = not text.strip() or "\x00" in text
-        if bad or (pattern is not None and not pattern.match(text)):
+        if bad or (pattern is not None and not pattern.fullmatch(text)):
             self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
             return None
         return text
@@ -254,7 +254,7 @@ def parse_duration(value: object) -> float | None:
     if isinstance(value, (int, float)):
         return float(value) if math.isfinite(value) else None
     if isinstance(value, str) and len(value) <= 40:
-        match = _DURATION.match(value)
+        match = _DURATION.fullmatch(value)
         if match:
             seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
             return seconds if math.isfinite(seconds) else None
@@ -270,9 +270,14 @@ def _human(seconds: float) -> str:
 
 def _range_text(kind: str, minimum: float | None, maximum: float | None) -> str:
     if minimum is not None and maximum is not None:
-        return f"{kind} from {minimum:g} to {maximum:g}"
+        return f"{kind} from {_bound(minimum)} to {_bound(maximum)}"
     if minimum is not None:
-        return f"{kind} >= {minimum:g}"
+        return f"{kind} >= {_bound(minimum)}"
     if maximum is not None:
-        return f"{kind} <= {maximum:g}"
+        return f"{kind} <= {_bound(maximum)}"
     return kind
+
+
+def _bound(value: float) -> str:
+    # Exact for whole numbers: tasks_max's 4194304 read "4.1943e+06" with :g.
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

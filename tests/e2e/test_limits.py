@@ -9,7 +9,8 @@ project's CI machine binds every controller to cgroup v1), `status` must say the
 not enforced. Either way the agent's unit restarts (systemctl restart, and kill -9 of the
 agent) with the worker adopted in its scope, not duplicated, and `xce-agent stop` leaves
 neither processes nor scopes. A reload with a changed limit restarts the component in a
-new scope; limits removed while the agent was down move it back to its delegated leaf.
+new scope; limits removed while the agent was down move it back to its delegated leaf, and so
+does systemd-run gone from the agent's PATH (its scope is still known: no second worker).
 """
 
 from __future__ import annotations
@@ -217,6 +218,31 @@ def test_limits_live_in_scopes_and_survive_agent_restarts(
         )
         assert running(host, "xce-worker") == worker and worker_processes(host) == 1
         assert procs(host, "xce-worker") == [worker]
+
+        # systemd-run gone from the agent's PATH: its scope is still the worker's (it was
+        # forgotten, and a second worker started beside it). The worker moves to its leaf,
+        # where its limits are said not enforced; with systemd-run back, to its scope again.
+        dropin = "/etc/systemd/system/xce-agent.service.d/path.conf"
+        host.run("mkdir", "-p", str(Path(dropin).parent))
+        host.run("sh", "-c", f"printf '[Service]\\nEnvironment=PATH=/nonexistent\\n' > {dropin}")
+        for step in range(2):
+            host.run("systemctl", "daemon-reload")
+            assert host.run("systemctl", "restart", "xce-agent").returncode == 0
+            host.wait_for(
+                lambda w=worker: running(host, "xce-worker") not in (None, w), 60, "moved"
+            )
+            worker = running(host, "xce-worker")
+            assert worker is not None and worker_processes(host) == 1
+            where = (
+                f"{unit}/component-xce-worker" if step == 0 else f"/xce.slice/{scope('xce-worker')}"
+            )
+            assert cgroup_of(host, worker) == where
+            if step == 0:
+                shown = host.run("xce-agent", "status").stdout
+                assert "limits: not enforced (systemd-run is not installed)" in shown, shown
+            host.run("rm", dropin)
+        assert "replaced: systemd scopes can no longer be started here" in host.journal()
+        assert "now enforced in a systemd scope" in host.journal()
 
         # The unit stopped (components keep running), then `xce-agent stop` without an
         # agent: nothing of the components, and no scope, is left.

@@ -294,3 +294,48 @@ def test_limits_without_their_controller_are_said_to_be_not_enforced(
     else:
         assert f"limits: memory_max NOT enforced (no such controller in {cgroup})" in status
     assert host.cli("stop", "--timeout", "20").returncode == 0
+
+
+def test_a_record_named_out_of_the_agent_s_cgroup_kills_nothing_there(
+    host: HostAgent, cgroup: Path, tmp_path: Path
+) -> None:
+    """A forged record named `worker/../../VICTIM` resolves, through the worker's leaf, to a
+    cgroup beside the agent's: `xce-agent stop` killed what ran there, and the agent exited 1
+    at each start (it could not create that component's output pipe)."""
+    assert ROOT is not None
+    host.write({"worker": ("import time\ntime.sleep(600)\n", "stop_timeout: 2s")})
+    host.start()
+    wait_for(lambda: host.running_pid("worker"))
+    worker = host.running_pid("worker")
+    host.detach()
+    victim_cgroup = ROOT / f"xce-victim-{os.getpid()}-{tmp_path.name}"
+    victim_cgroup.mkdir()
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        (victim_cgroup / "cgroup.procs").write_text(str(victim.pid))
+        forged_name = f"worker/../../{victim_cgroup.name}"
+        assert (cgroup / f"component-{forged_name}").resolve() == victim_cgroup
+
+        def forge() -> None:
+            state = host.state()
+            forged = {**state["components"][0], "name": forged_name, "identity": None}
+            state["components"].append({**forged, "pid": None, "phase": "stopped"})
+            (host.state_dir / "state.json").write_text(json.dumps(state))
+
+        forge()
+        host.start()
+        wait_for(lambda: host.state().get("lifecycle") == "running")
+        assert "ignored a component record with an invalid name" in host.log()  # read
+        assert host.proc is not None and host.proc.poll() is None
+        assert host.running_pid("worker") == worker  # adopted as before
+        host.detach()
+        forge()
+        stop = host.cli("stop", "--timeout", "30")  # without an agent: from the state alone
+        assert stop.returncode == 0, stop.stderr
+        assert stop.stdout.strip() == "xce-agent: no agent was running; stopped worker"
+        assert worker is not None and not alive(worker)
+        assert victim.poll() is None and members(victim_cgroup) == [victim.pid]
+    finally:
+        victim.kill()
+        victim.wait()
+        _remove_tree(victim_cgroup)

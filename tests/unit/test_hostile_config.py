@@ -63,6 +63,14 @@ BAD_NUMBERS = [
     ('        user: "root\\0"\n', "user: expected"),
     ("        limits: {memory_max: 1K}\n", "limits.memory_max: expected a size"),
     ("        limits: {cpu_weight: 0}\n", "limits.cpu_weight: expected an integer"),
+    ("        limits: {memory_max: .nan}\n", "limits.memory_max: expected a size"),
+    ("        limits: {memory_max: -1G}\n", "limits.memory_max: expected a size"),
+    ("        limits: {memory_max: 2T}\n", "limits.memory_max: expected a size"),
+    ("        limits: {memory_max: 1.5G}\n", "limits.memory_max: expected a size"),
+    ('        limits: {memory_max: "\u0664G"}\n', "limits.memory_max: expected a size"),  # 4G
+    ("        limits: {tasks_max: .inf}\n", "limits.tasks_max: expected an integer"),
+    ("        limits: {tasks_max: 4194305}\n", "tasks_max: expected an integer from 1 to 4194304,"),
+    ("        limits: {cpu_weight: '50'}\n", "limits.cpu_weight: expected an integer"),
     ('        group: "99999999999"\n', "group: expected"),  # was an OverflowError traceback
     ('        user: "\u0660"\n', "user: expected"),  # ARABIC-INDIC DIGIT ZERO: uid 0, root
     ('        group: "\u0660"\n', "group: expected"),
@@ -75,6 +83,27 @@ BAD_NUMBERS = [
 def test_unusable_numbers_and_names_are_refused(tmp_path: Path, extra: str, message: str) -> None:
     found = problems(tmp_path, HEAD + extra)
     assert len(found) == 1 and message in found[0], found
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("      w:\n", '      "w\\n":\n', "roles.worker.components.w\n: expected a component name"),
+        ("{id: i-1}", '{id: i-1, host_name: "node1\\n"}', "instance.host_name: expected"),
+    ],
+    ids=["component", "host_name"],
+)
+def test_a_name_ending_in_a_newline_is_refused(
+    tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    """`$` matches before a final newline: "w\\n" passed as a component name. systemd-run
+    escapes it (scope `xce-TAG-w\\x0a.scope`), so the scope's cgroup was not the one the agent
+    derives from the name: its processes were not found as the component's."""
+    found = problems(tmp_path, HEAD.replace(old, new))
+    assert len(found) == 1 and message in found[0], found
+    path = tmp_path / "agent.yaml"
+    path.write_text(HEAD)  # the same file with a valid name loads
+    assert load_config(path).components[0].name == "w"
 
 
 def test_command_with_nul_is_refused(tmp_path: Path) -> None:

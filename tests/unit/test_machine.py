@@ -144,6 +144,31 @@ def test_crash_loop_gives_up_fatal() -> None:
     assert d.phase() is m.Phase.RUNNING
 
 
+def test_requested_restarts_never_count_as_a_crash_loop() -> None:
+    """`xce-agent restart NAME` (or a reload that restarts it) is no crash: ten of them within
+    give_up's window made a component FATAL ("crash loop: 10 starts within 300s")."""
+    d = Driver(spec(give_up_starts=3, give_up_window=60.0))
+    d.send(m.Start())
+    for _ in range(10):
+        d.now += 0.1
+        pid = d.state.pid
+        assert pid is not None
+        d.send(m.Stop("requested"))
+        d.send(m.Start("requested"))
+        assert d.phase() is m.Phase.STOPPING and d.actions[-1] == m.SignalGroup(pid, 15)
+        d.send(m.Exited(None, signal.SIGTERM, pid))
+        assert d.phase() is m.Phase.RUNNING and d.state.pid != pid
+    assert d.state.restarts == 10
+    for _ in range(2):  # crashes still count, from the last requested start on
+        d.now += 0.1
+        d.crash()
+        d.advance(10)
+        assert d.phase() is m.Phase.RUNNING
+    d.now += 0.1
+    d.crash()
+    assert d.phase() is m.Phase.FATAL
+
+
 def test_starts_outside_the_window_do_not_count() -> None:
     d = Driver(spec(give_up_starts=3, give_up_window=5.0, reset_after=1000))
     d.send(m.Start())

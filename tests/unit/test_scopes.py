@@ -141,3 +141,24 @@ def test_an_older_systemd_gets_no_property_it_would_refuse(tmp_path: Path) -> No
     argv = old.command(spec(), None, None, None)
     assert "OOMPolicy=continue" not in argv and not any(w.startswith("Before=") for w in argv)
     assert "OOMPolicy=continue" in scopes(tmp_path).command(spec(), None, None, None)
+
+
+def test_without_systemd_run_the_scopes_left_are_still_the_components_never_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """systemd-run gone (or the agent started otherwise): the scopes an earlier agent
+    started must still count as the components' cgroups. They were forgotten: the process
+    in its scope was "gone, not in the component's cgroup" and a second copy started."""
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    none, why = sc.detect(tmp_path, Path("/var/lib/xce-agent"), "xce-agent.service")
+    assert none is None and why  # no slice: nothing was ever started in a scope here
+    (tmp_path / sc.SLICE).mkdir()
+    known, why = sc.detect(tmp_path, Path("/var/lib/xce-agent"), "xce-agent.service")
+    assert why and known is not None and not known.starts
+    assert known.tag == sc.tag_of(Path("/var/lib/xce-agent"))
+    known.cgroup("w").mkdir()
+    tree = CgroupTree(tmp_path / "system.slice/xce-agent.service", scopes=known, mount=tmp_path)
+    assert tree.leaves("w")[1] == known.cgroup("w") and tree.names() == ["w"]
+    assert not tree.scoped(spec())  # started in its leaf, limits said not enforced
+    assert tree.limits_note(spec()).startswith("NOT enforced")
+    assert tree.recorded_path(spec()) == "component-xce-worker"

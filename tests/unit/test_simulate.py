@@ -65,7 +65,7 @@ def test_bad_scenario_names_key_and_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_scenario(path)
     problems = [p.replace(str(path), "F") for p in info.value.problems]
-    assert "hosts: expected an integer from 1 to 1e+06, got 'many' (F line 2)" in problems
+    assert "hosts: expected an integer from 1 to 1000000, got 'many' (F line 2)" in problems
     assert "reclaims.policy: expected one of requeue, kill, wait, got 'nuke' (F line 3)" in problems
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
@@ -146,3 +147,23 @@ def test_the_files_the_agent_writes_mark_its_own_state_directory(tmp_path: Path)
     (tmp_path / "postgresql").mkdir()
     with pytest.raises(StateError, match="postgresql"):
         StateStore(tmp_path).ensure_directory()
+
+
+def test_a_record_named_out_of_its_cgroup_is_ignored_and_the_rest_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A component's name becomes cgroup, scope and pipe paths: a forged record named
+    `w/../../victim.service` made `xce-agent stop` kill that service's cgroup, and the agent
+    exit 1 at every start (its output pipe could not be created there)."""
+    store = StateStore(tmp_path)
+    store.save(sample())
+    data = json.loads(store.path.read_text())
+    good = data["components"][0]
+    forged = [{**good, "name": n} for n in ("w/../../victim.service", "w\n", "", 5, None)]
+    data["components"] += forged
+    store.path.write_text(json.dumps(data))
+    loaded = store.load()
+    assert loaded is not None and loaded.components == sample().components
+    ignored = [r.message for r in caplog.records if "ignored a component record" in r.message]
+    assert len(ignored) == len(forged)
+    assert "'w/../../victim.service'" in ignored[0]

@@ -102,7 +102,9 @@ class CgroupTree:
 
     def scoped(self, spec: ComponentSpec) -> bool:
         """`spec` starts in a systemd scope: it has limits only systemd can enforce here."""
-        return self.scopes is not None and spec.limits.any() and not self.may_enable
+        if self.scopes is None or not self.scopes.starts:
+            return False
+        return spec.limits.any() and not self.may_enable
 
     def recorded_path(self, spec: ComponentSpec) -> str:
         """Where `spec` runs, for the record (shown, never trusted when read back)."""
@@ -342,7 +344,7 @@ def detect(state_directory: Path | None = None) -> Detection:
             f"cgroup {root} (delegated); limits: in the component cgroups",
         )
     found, why = sc.detect(mount, state_directory or Path("."), root.name)
-    limits = f"systemd scope units in {sc.SLICE}" if found else f"not enforced ({why})"
+    limits = f"systemd scope units in {sc.SLICE}" if not why else f"not enforced ({why})"
     tree = CgroupTree(root, scopes=found, mount=mount)
     return Detection(tree, f"cgroup {root} (delegated); limits: {limits}")
 

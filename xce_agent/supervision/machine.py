@@ -195,7 +195,10 @@ def _start(state: ComponentState, now: float, reason: str, code: Reason) -> Tran
     if state.phase in (Phase.RUNNING, Phase.STARTING):
         return Transition(replace(state, wanted=True))
     if state.phase is Phase.STOPPING:
-        return Transition(replace(state, wanted=True, restart_after_stop=True))
+        # A requested restart is no crash: like a start from stopped, it clears the crash-loop
+        # count and the backoff (ten `xce-agent restart`s within give_up's window made it FATAL).
+        restart = replace(state, wanted=True, restart_after_stop=True, rapid_exits=0, starts=())
+        return Transition(restart)
     fresh = replace(state, wanted=True, rapid_exits=0, starts=(), deadline=None)
     if state.phase is Phase.BACKOFF:
         fresh = replace(fresh, rapid_exits=state.rapid_exits, starts=state.starts)

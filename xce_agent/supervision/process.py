@@ -275,7 +275,8 @@ class ProcessRunner:
         if tree.scoped(spec) and not in_scope:
             return "its limits are now enforced in a systemd scope"
         if in_scope and not tree.scoped(spec):
-            return "its limits were removed"
+            gone = "systemd scopes can no longer be started here"
+            return gone if spec.limits.any() else "its limits were removed"
         if in_scope and tree.scopes.started_with(spec.name) not in (None, spec.limits):
             return "its limits changed"
         return ""

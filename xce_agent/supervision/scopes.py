@@ -47,6 +47,9 @@ class Scopes:
     systemd_run: str = "systemd-run"
     setpriv: str = ""  # switches user and groups after the scope exists; "" if not installed
     version: int = 252  # systemd's: scopes take OOMPolicy= from 252 on (checked on Debian 12)
+    # False where no scope can be started now (systemd-run gone, say): the scopes an earlier
+    # agent started are still the components' cgroups, for adoption, leftovers and stops.
+    starts: bool = True
 
     @property
     def slice_dir(self) -> Path:
@@ -155,14 +158,18 @@ def unenforced(limits: ResourceLimits, cgroup: Path) -> list[str]:
 
 
 def detect(mount: Path, state_directory: Path, agent_unit: str) -> tuple[Scopes | None, str]:
-    """Scopes when systemd runs this host and started the agent, else why not."""
-    if not Path("/run/systemd/system").is_dir():
-        return None, "systemd is not the init system"
-    if not agent_unit or "INVOCATION_ID" not in os.environ:
-        return None, "the agent was not started by systemd"
+    """Scopes to start components in when systemd runs this host and started the agent;
+    else why not, with the scopes an earlier agent left (known, never started)."""
     run = shutil.which("systemd-run")
-    if run is None:
-        return None, "systemd-run is not installed"
+    why = ""
+    if not Path("/run/systemd/system").is_dir():
+        why = "systemd is not the init system"
+    elif not agent_unit or "INVOCATION_ID" not in os.environ:
+        why = "the agent was not started by systemd"
+    elif run is None:
+        why = "systemd-run is not installed"
+    if why or run is None:
+        return for_cleanup(mount, state_directory), why
     scopes = Scopes(
         mount,
         tag_of(state_directory),
@@ -187,7 +194,8 @@ def _version(run: str) -> int:
 
 
 def for_cleanup(mount: Path | None, state_directory: Path) -> Scopes | None:
-    """The scopes an agent of `state_directory` may have left (for `xce-agent stop`)."""
+    """The scopes an agent of `state_directory` may have left (for `xce-agent stop`, and an
+    agent that cannot start scopes any more): known as the components' cgroups, never started."""
     if mount is None or not (mount / SLICE).is_dir():
         return None
-    return Scopes(mount, tag_of(state_directory))
+    return Scopes(mount, tag_of(state_directory), starts=False)
