@@ -35,7 +35,11 @@ CONFIG_VERSION = 1
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _HOST = re.compile(names.HOST_NAME)  # what the controller takes as a host name
-_URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+# No userinfo and no backslash in the authority: `http://ctl.example\@127.0.0.1/` reads as
+# loopback to urllib.parse but requests sends it (and the token) to ctl.example.
+_URL = re.compile(r"^https?://[^\s/\\@?#]+(/\S*)?$")
+# What can travel in an Authorization header as it is: printable ASCII, no space.
+_TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,15 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
         )
     if token_file is not None:
         token = _read_token(token_file, node, c)
+    if token is not None and not _TOKEN.fullmatch(token):
+        key = "token_file" if token_file is not None else "token"
+        c.report(  # the value is not shown: it is a secret
+            join_path(p, key),
+            "a token of printable ASCII characters without spaces",
+            "a token with spaces, control or non-ASCII characters",
+            c.line_of(node, key),
+        )
+        token = None
     timeout = c.duration(node, "timeout", p, default=10.0, positive=True)
     retry = c.duration(node, "max_retry_delay", p, default=30.0, minimum=1.0)
     if url is None or timeout is None or retry is None:
@@ -199,6 +212,8 @@ def _transport_ok(url: str, node: LineDict, c: Checker) -> bool:
 
 
 def loopback_url(url: str) -> bool:
+    if not _URL.fullmatch(url):  # a URL parsers read differently is nobody's loopback
+        return False
     host = urllib.parse.urlsplit(url).hostname or ""
     if host == "localhost":
         return True
@@ -273,8 +288,21 @@ def _instance(doc: LineDict, c: Checker, instance_data: Path) -> InstanceConfig 
         pattern=_HOST,
         expected="a host name (letters, digits, . -)",
     )
+    line = node.key_lines.get("id", node.line)
     if ident == "auto":
-        ident = _instance_id_from_cloud_init(instance_data, c, node.key_lines.get("id", node.line))
+        ident = _instance_id_from_cloud_init(instance_data, c, line)
+    # Checked as the controller checks them: a name it refuses would be refused at every join.
+    if ident is not None and not names.is_instance_id(ident):
+        c.report("instance.id", "an instance id (letters, digits, _ . -)", describe(ident), line)
+        ident = None
+    if host_name and len(host_name) > names.HOST_NAME_MAX:
+        c.report(
+            "instance.host_name",
+            f"a host name of at most {names.HOST_NAME_MAX} characters",
+            f"{len(host_name)} characters",
+            c.line_of(node, "host_name"),
+        )
+        host_name = None
     if ident is None or template is None or provider is None or host_name is None:
         return None
     if not join_ok:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import urllib3
 
 from tests.unit.test_config import minimal, problems, write
-from xce_agent.config import load_config
+from xce_agent.config import load_config, loopback_url
 from xce_agent.credential import CredentialStore, HostCredential, from_answer
+from xce_protocol.errors import ConfigError
 
 
 def test_the_credential_is_kept_0600_and_only_for_its_own_identity(tmp_path: Path) -> None:
@@ -58,3 +60,91 @@ def test_plain_http_beyond_loopback_needs_the_explicit_key(tmp_path: Path) -> No
     ]
     opted = load_config(write(tmp_path, text + "  plain_http: true\n"))
     assert opted.controller is not None and opted.controller.url == "http://10.0.0.1:7870"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://ctl.example\\@127.0.0.1:7870",  # urllib.parse: 127.0.0.1; requests: ctl.example
+        "http://ctl.example\\@localhost/",
+        "http://ctl.example@127.0.0.1/",
+        "http://127.0.0.1?@ctl.example/",
+    ],
+)
+def test_a_url_read_as_loopback_by_one_parser_only_is_refused(tmp_path: Path, url: str) -> None:
+    text = minimal(top=f"controller:\n  url: '{url}'\n")
+    assert problems(tmp_path, text) == [
+        f"controller.url: expected an http:// or https:// URL, got {url!r} (F line 10)"
+    ]
+    assert not loopback_url(url)
+    # What the client would have done with the first one: sent the token to another host.
+    assert urllib3.util.parse_url("http://ctl.example\\@127.0.0.1:7870").host == "ctl.example"
+
+
+@pytest.mark.parametrize(
+    "token",
+    ['"tok\\n"', '"two words"', '"\\u20acuro-0123456789"', '"tab\\there"', '"\\ufefftok"'],
+)
+def test_a_token_that_cannot_travel_in_a_header_is_a_config_error(
+    tmp_path: Path, token: str
+) -> None:
+    """Before, it validated and the agent reported `controller unreachable
+    (UnicodeEncodeError)` (or InvalidHeader) at every join, for ever."""
+    text = minimal(top=f"controller:\n  url: https://ctl\n  token: {token}\n")
+    found = problems(tmp_path, text)
+    assert found == [
+        "controller.token: expected a token of printable ASCII characters without spaces, "
+        "got a token with spaces, control or non-ASCII characters (F line 11)"
+    ]
+    secret = tmp_path / "join-token"
+    secret.write_bytes("\ufeffs3cret-from-a-windows-editor\r\n".encode())
+    text = minimal(top=f"controller:\n  url: https://ctl\n  token_file: {secret}\n")
+    found = problems(tmp_path, text)
+    assert [p.split(":")[0] for p in found] == ["controller.token_file"]
+    assert "s3cret" not in found[0]  # never shown
+    secret.write_text("s3cret-0123456789\r\n")  # a final CRLF is only whitespace
+    config = load_config(write(tmp_path, text))
+    assert config.controller is not None and config.controller.token == "s3cret-0123456789"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            'host_name: "node1\\n"',
+            "instance.host_name: expected a host name (letters, digits, . -), got 'node1\\n'",
+        ),
+        (
+            "host_name: " + "a." * 127 + "ab",
+            "instance.host_name: expected a host name of at most 253 characters, "
+            "got 256 characters",
+        ),
+        (
+            'template: "gpu\\n"',
+            "instance.template: expected a template name (letters, digits, . _ -), got 'gpu\\n'",
+        ),
+    ],
+)
+def test_names_the_controller_refuses_are_config_errors(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    """A trailing newline passed `re.match` with `$`; the controller then refused every join
+    with 422, for ever."""
+    text = minimal().replace("  id: i-1\n", f"  id: i-1\n  {line}\n")
+    assert [p.rsplit(" (F line", 1)[0] for p in problems(tmp_path, text)] == [message]
+
+
+@pytest.mark.parametrize("ident", ['"i-1\\n"', "i-1/2", "'i 1'", "'i:1'", "'%2F'"])
+def test_instance_ids_the_controller_refuses_are_config_errors(tmp_path: Path, ident: str) -> None:
+    text = minimal().replace("  id: i-1\n", f"  id: {ident}\n")
+    assert [p.split(":")[0] for p in problems(tmp_path, text)] == ["instance.id"]
+    data = tmp_path / "instance-data.json"
+    data.write_text('{"v1": {"instance_id": "i-1/../2"}}')
+    auto = minimal().replace("  id: i-1\n", "  id: auto\n")
+    path = write(tmp_path, auto)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, instance_data=data)
+    assert info.value.problems == [
+        "instance.id: expected an instance id (letters, digits, _ . -), "
+        f"got 'i-1/../2' ({path} line 3)"
+    ]
