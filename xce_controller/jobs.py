@@ -20,6 +20,7 @@ from xce_controller.model import (
     Job,
     JobEvent,
     JobState,
+    same_name,
 )
 from xce_protocol.reasons import Reason
 
@@ -56,7 +57,7 @@ def place(
         fits = [
             k
             for k, n in free.items()
-            if n >= job.slots and (not job.host or cluster.hosts[k].name == job.host)
+            if n >= job.slots and (not job.host or same_name(cluster.hosts[k].name, job.host))
         ]
         if fits:
             key = max(fits, key=lambda k: free[k])

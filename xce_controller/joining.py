@@ -17,7 +17,15 @@ from typing import Any
 from xce_controller import credentials
 from xce_controller.config import ClusterConfig
 from xce_controller.lifecycle import JoinRequest, Refused, decommissioned, fact, returned_state
-from xce_controller.model import TERMINAL, Cluster, Fact, Host, HostState, UnmatchedJoins
+from xce_controller.model import (
+    TERMINAL,
+    Cluster,
+    Fact,
+    Host,
+    HostState,
+    UnmatchedJoins,
+    same_name,
+)
 from xce_protocol import names
 from xce_protocol.reasons import Reason, refusal
 
@@ -129,7 +137,7 @@ def _check_identity(cluster: Cluster, record: Host, req: JoinRequest) -> None:
             host=record.name or record.expected_name,
             instance_id=record.instance_id,
         )
-    if record.name and record.name != req.name and record.state is not HostState.LOST:
+    if record.name and not same_name(record.name, req.name) and record.state is not HostState.LOST:
         raise Refused(
             "duplicate",
             409,
@@ -149,7 +157,7 @@ def _check_identity(cluster: Cluster, record: Host, req: JoinRequest) -> None:
             host=other.name,
             instance_id=other.instance_id,
         )
-    if record.expected_name != req.name:
+    if not same_name(record.expected_name, req.name):
         raise Refused(
             "name_decommissioned",
             409,

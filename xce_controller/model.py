@@ -215,22 +215,22 @@ class Cluster:
     def put_host(self, host: Host) -> None:
         old = self.hosts.get(host.key)
         if old is not None and _waiting(old):
-            _unindex(self.waiting_names, old.expected_name, old.key)
+            _unindex(self.waiting_names, fold(old.expected_name), old.key)
             _unindex(self.waiting_addresses, old.expected_address, old.key)
         self.hosts[host.key] = host
         if host.name:
-            self.names[host.name] = host.key
+            self.names[fold(host.name)] = host.key
         if _waiting(host):
             if host.expected_name:
-                self.waiting_names.setdefault(host.expected_name, {})[host.key] = None
+                self.waiting_names.setdefault(fold(host.expected_name), {})[host.key] = None
             if host.expected_address:
                 self.waiting_addresses.setdefault(host.expected_address, {})[host.key] = None
         if host.instance_id:
             self.instances[host.instance_id] = host.key
 
     def by_name(self, name: str) -> Host | None:
-        """The record that last joined as `name` (any state); never looked up by key."""
-        key = self.names.get(name)
+        """The record that last joined as `name` (any state, any case); never by key."""
+        key = self.names.get(fold(name))
         return self.hosts[key] if key is not None else None
 
     def by_instance(self, instance_id: str) -> Host | None:
@@ -256,12 +256,14 @@ class Cluster:
 
     def host_by_name(self, name: str) -> Host | None:
         """The live host called `name` (not decommissioned or returned), else the latest."""
-        key = self.names.get(name)
+        key = self.names.get(fold(name))
         if key is not None and self.hosts[key].state not in TERMINAL:
             return self.hosts[key]
-        found = [h for h in self.hosts.values() if h.name == name]  # a name, never a key
+        found = [h for h in self.hosts.values() if same_name(h.name, name)]  # never a key
         if not found:
-            found = [h for h in self.hosts.values() if not h.name and h.expected_name == name]
+            found = [
+                h for h in self.hosts.values() if not h.name and same_name(h.expected_name, name)
+            ]
         live = [h for h in found if h.state not in TERMINAL]
         pool = live or found
         return max(pool, key=lambda h: h.joined_at or h.expected_at or 0.0) if pool else None
@@ -276,12 +278,23 @@ class Cluster:
 
     def waiting_match(self, name: str, addresses: tuple[str, ...]) -> Host | None:
         """The first recorded waiting instance expected under this name, else address."""
-        for key in self.waiting_names.get(name, {}):
+        for key in self.waiting_names.get(fold(name), {}):
             return self.hosts[key]
         for address in addresses:
             for key in self.waiting_addresses.get(address, {}):
                 return self.hosts[key]
         return None
+
+
+def fold(name: str) -> str:
+    """A host name as DNS compares it (RFC 4343): `D3` is `d3`, so a decommissioned `d3`
+    cannot come back as `D3`, nor two live hosts share one name. Names are ASCII (checked at
+    every door); records keep the spelling they joined with."""
+    return name.lower()
+
+
+def same_name(a: str, b: str) -> bool:
+    return fold(a) == fold(b)
 
 
 def _waiting(host: Host) -> bool:

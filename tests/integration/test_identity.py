@@ -176,6 +176,40 @@ def test_names_are_never_record_keys(api: Api, name: str) -> None:
     assert api.call("POST", "/v1/hosts/host:i-0abc/close", json={}).status_code == 404
 
 
+def test_a_name_in_another_case_is_the_same_name(api: Api) -> None:
+    """DNS names are case-insensitive (RFC 4343): `D3` is the decommissioned `d3`, and `N5`
+    the live `n5`. Before, each joined as a new host beside the one it names."""
+    api.call("POST", "/v1/expected", json={"instance_id": "i-d3", "template": "default"})
+    api.credential({"host": "d3", "instance_id": "i-d3"})
+    assert api.call("POST", "/v1/hosts/d3/decommission", json={}).status_code == 200
+    live = api.credential({"host": "n5", "boot_id": "b1"})
+    for body in ({"host": "D3"}, {"host": "D3", "boot_id": "b9"}):
+        r = api.join(body)
+        assert (r.status_code, r.json()["error"], r.json()["host"]) == (410, "decommissioned", "d3")
+    exact = api.join({"host": "d3", "instance_id": "i-other"})
+    r = api.join({"host": "D3", "instance_id": "i-other"})
+    assert (r.status_code, r.json()) == (exact.status_code, exact.json()) and r.status_code == 410
+    r = api.join({"host": "N5", "boot_id": "b2"})
+    assert (r.status_code, r.json()["error"]) == (409, "already_joined")
+    assert api.host("n5")["refusals"] == 1  # the attempt arrived and is recorded
+    hosts = api.call("GET", "/v1/hosts?all=true").json()
+    assert sorted(h["name"] for h in hosts) == ["d3", "n5"]
+    # Still working: the live host heartbeats, and obeys its decommission.
+    assert api.heartbeat("n5", live).status_code == 200
+    assert api.call("POST", "/v1/hosts/N5/close", json={}).status_code == 200
+    assert api.host("n5")["state"] == "closed"
+    assert api.call("POST", "/v1/hosts/n5/decommission", json={}).status_code == 200
+    r = api.heartbeat("n5", live)
+    assert (r.status_code, r.json()["error"], r.json()["host"]) == (410, "decommissioned", "n5")
+    # A new instance expected under the name may take it, in any case.
+    api.call(
+        "POST",
+        "/v1/expected",
+        json={"instance_id": "i-d3b", "template": "default", "expected_name": "d3"},
+    )
+    assert api.credential({"host": "D3", "instance_id": "i-d3b"})
+
+
 @pytest.mark.parametrize("iid", ["i-1/2", "i-1%2F2", "i 1", "i:1", "."])
 def test_instance_ids_are_validated_on_every_path(api: Api, iid: str) -> None:
     r = api.call("POST", "/v1/expected", json={"instance_id": iid, "template": "default"})
