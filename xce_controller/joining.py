@@ -106,7 +106,7 @@ def join(
         )
     if shown is Proof.STALE:
         raise stale(record, now, req.name, req.peer)
-    _check_identity(cluster, record, req)
+    _check_identity(cluster, record, req, now)
     same_boot = bool(req.boot_id) and req.boot_id == record.boot_id
     if shown is Proof.JOIN_TOKEN and record.incarnation > 0 and not same_boot:
         detail = f"second join with the join token from boot {req.boot_id[:64] or '-'}"
@@ -122,7 +122,7 @@ def join(
     return record, [_accepted(now, req, record)]
 
 
-def _check_identity(cluster: Cluster, record: Host, req: JoinRequest) -> None:
+def _check_identity(cluster: Cluster, record: Host, req: JoinRequest, now: float) -> None:
     if record.instance_id and req.instance_id != record.instance_id:
         if not req.instance_id:
             raise Refused(
@@ -143,6 +143,10 @@ def _check_identity(cluster: Cluster, record: Host, req: JoinRequest) -> None:
             409,
             f"instance {record.instance_id} already joined as {record.name}; "
             f"{req.name} cannot claim it",
+            # The bearer proved this record (its join token, its credential): the real host
+            # after a thief joined under another name, or the thief after it. Recorded, so
+            # the operator sees the takeover, as with a second join under the same name.
+            record=[_refusal(now, req.name, record, "duplicate", f"join as {req.name}", req.peer)],
             host=record.name,
             instance_id=record.instance_id,
         )

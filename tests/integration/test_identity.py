@@ -341,6 +341,37 @@ def test_per_instance_token_is_single_use_and_minted_once(api: Api) -> None:
     assert api.heartbeat("m1", first).status_code == 200
 
 
+def test_a_takeover_under_another_name_is_recorded(api: Api) -> None:
+    """A stolen per-instance token joins that instance under any free name; the real host's
+    join is then refused (409 duplicate) and, like a second join under the same name,
+    recorded: before, the operator saw nothing of it."""
+    minted = api.call(
+        "POST",
+        "/v1/expected",
+        PROVISIONER,
+        json={
+            "instance_id": "i-t",
+            "template": "default",
+            "expected_name": "t1",
+            "mint_join_token": True,
+        },
+    ).json()["join_token"]
+    thief = api.credential({"host": "other", "instance_id": "i-t", "boot_id": "b-thief"}, minted)
+    r = api.join({"host": "t1", "instance_id": "i-t", "boot_id": "b-real"}, minted)
+    assert (r.status_code, r.json()["error"]) == (409, "duplicate")
+    host = api.host("other")
+    assert host["refusals"] == 1 and host["last_refusal"].startswith("duplicate")
+    assert "join as t1" in host["last_refusal"]
+    assert api.facts("refused") == ["refused"]
+    # Unauthenticated, the same attempt is refused before it touches the record.
+    assert api.join({"host": "t1", "instance_id": "i-t"}, "wrong").status_code == 401
+    assert api.host("other")["refusals"] == 1
+    # The operator's decommission still reaches the host that holds the record.
+    assert api.heartbeat("other", thief).status_code == 200
+    assert api.call("POST", "/v1/hosts/other/decommission", json={}).status_code == 200
+    assert api.heartbeat("other", thief).status_code == 410
+
+
 # --- real agents ----------------------------------------------------------------------------
 
 
