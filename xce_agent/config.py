@@ -38,8 +38,6 @@ _HOST = re.compile(names.HOST_NAME)  # what the controller takes as a host name
 # No userinfo and no backslash in the authority: `http://ctl.example\@127.0.0.1/` reads as
 # loopback to urllib.parse but requests sends it (and the token) to ctl.example.
 _URL = re.compile(r"^https?://[^\s/\\@?#]+(/\S*)?$")
-# What can travel in an Authorization header as it is: printable ASCII, no space.
-_TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
 
 
 @dataclass(frozen=True)
@@ -175,7 +173,7 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
         )
     if token_file is not None:
         token = _read_token(token_file, node, c)
-    if token is not None and not _TOKEN.fullmatch(token):
+    if token is not None and not names.is_bearer_token(token):
         key = "token_file" if token_file is not None else "token"
         c.report(  # the value is not shown: it is a secret
             join_path(p, key),

@@ -17,7 +17,7 @@ from xce_protocol import names
 from xce_protocol.errors import ConfigError
 from xce_protocol.roles import KNOWN_ROLES as ROLES
 from xce_protocol.validation import Checker, describe, join_path
-from xce_protocol.yamlsource import LineDict, SourceError, load_file, load_text
+from xce_protocol.yamlsource import LineDict, SourceError, load_file, load_text, read_regular_file
 
 _NAME = re.compile(names.TEMPLATE)
 # Matched against the whole value, ASCII digits only (int() reads other scripts' digits too).
@@ -254,15 +254,16 @@ def _auth(doc: LineDict, c: Checker) -> tuple[str, str, str, str]:
         value = c.string(node, f"{kind}_token", "auth", required=False, default="")
         file_value = c.string(node, f"{kind}_token_file", "auth", required=False)
         if file_value:
-            try:
-                value = Path(file_value).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                c.report(
-                    f"auth.{kind}_token_file",
-                    "a readable file holding the token",
-                    f"{describe(file_value)} ({exc.strerror})",
-                    c.line_of(node, f"{kind}_token_file"),
-                )
+            value = _token_file(node, kind, file_value, c)
+        if value and not names.is_bearer_token(value):
+            key = f"{kind}_token" if f"{kind}_token" in node else f"{kind}_token_file"
+            c.report(  # the value is not shown: it is a secret
+                f"auth.{key}",
+                "a token of printable ASCII characters without spaces",
+                "a token with spaces, control or non-ASCII characters",
+                c.line_of(node, key),
+            )
+            value = ""
         for other, seen in tokens.items():
             if value and value == seen:  # one secret for two roles is one role
                 c.report(
@@ -275,6 +276,21 @@ def _auth(doc: LineDict, c: Checker) -> tuple[str, str, str, str]:
                 )
         tokens[kind] = value or ""
     return tokens["admin"], tokens["provisioner"], tokens["join"], tokens["read"]
+
+
+def _token_file(node: LineDict, kind: str, path: str, c: Checker) -> str:
+    """The token a file holds; "" and a problem for an unreadable, binary or empty one (an
+    empty file must not read as "no token configured", which makes one up)."""
+    key = f"{kind}_token_file"
+    try:
+        value = read_regular_file(Path(path), 64 * 1024).decode("utf-8").strip()
+    except (SourceError, UnicodeDecodeError) as exc:
+        detail = str(exc) if isinstance(exc, SourceError) else "not UTF-8 text"
+        c.report(f"auth.{key}", "a readable file holding the token", detail, c.line_of(node, key))
+        return ""
+    if not value:
+        c.report(f"auth.{key}", "a file holding the token", "an empty file", c.line_of(node, key))
+    return value
 
 
 def _limits(doc: LineDict, c: Checker) -> int:

@@ -19,6 +19,7 @@ import requests
 from xce_controller.client_errors import ControllerRefused, ControllerUnreachable
 from xce_controller.model import AdminAction, HostState
 from xce_controller.xcecli_observe import events, why
+from xce_protocol import names
 from xce_protocol.errors import UsageError
 from xce_protocol.exits import ErrorExits
 
@@ -89,8 +90,11 @@ def main(ctx: click.Context, url: str, token: str, token_file: str | None) -> No
         try:
             with open(token_file, encoding="utf-8") as handle:
                 token = handle.read().strip()
-        except OSError as exc:
-            raise UsageError(f"--token-file {token_file}: {exc.strerror}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise UsageError(f"--token-file {token_file}: {why}") from None
+    if token and not names.is_bearer_token(token):  # no header carries it (never shown)
+        raise UsageError("--token: expected printable ASCII characters without spaces")
     ctx.obj = Client(url, token)
 
 

@@ -1,4 +1,5 @@
-"""What a host name, an instance id and a template name may be, for both sides of the protocol.
+"""What a host name, an instance id, a template name and a bearer token may be, for both sides
+of the protocol.
 
 The controller keys provisioned records by instance id and the others by `host:NAME`; a name
 that could be mistaken for a key (a colon), or that cannot travel in a URL path unescaped (a
@@ -28,7 +29,12 @@ HOST_NAME_OR_NONE = (
     r"^(|[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*)$"
 )
 
+# A token travels in an Authorization header as it is: printable ASCII, no space (a BOM, a
+# newline or a non-ASCII character could not be sent, or not as it is written).
+BEARER_TOKEN = r"[\x21-\x7e]{1,4096}"  # noqa: S105 - a pattern, not a secret
+
 _HOST_RE = re.compile(HOST_NAME)
+_TOKEN_RE = re.compile(BEARER_TOKEN)
 _INSTANCE_RE = re.compile(INSTANCE_ID)
 _TEMPLATE_RE = re.compile(TEMPLATE)
 _LEASE_RE = re.compile(LEASE_NAME)
@@ -48,3 +54,7 @@ def is_template(text: str) -> bool:
 
 def is_lease_name(text: str) -> bool:
     return _LEASE_RE.fullmatch(text) is not None
+
+
+def is_bearer_token(text: str) -> bool:
+    return _TOKEN_RE.fullmatch(text) is not None

@@ -315,6 +315,61 @@ def test_one_token_for_two_roles_is_refused(tmp_path: Path) -> None:
     assert "auth.join_token: expected a token different from auth.admin_token" in out.stderr
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "expected a file holding the token, got an empty file"),
+        (b"\xff\xfe\x00", "expected a readable file holding the token, got not UTF-8 text"),
+        (
+            "\ufeffs3cret-joins\n".encode(),
+            "expected a token of printable ASCII characters without spaces, got a token with "
+            "spaces, control or non-ASCII characters",
+        ),
+    ],
+)
+def test_a_token_file_that_holds_no_usable_token_is_refused(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    """Before: an empty file read as "no join token" (so one was made up), a binary one was a
+    traceback, and a token no header can carry validated (xcecli then failed with one)."""
+    secret = tmp_path / "join-token"
+    secret.write_bytes(content)
+    secret.chmod(0o600)
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"version: 1\nauth: {{join_token_file: {secret}}}\ntemplates:\n  default: {{}}\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "xce_controller", "validate", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (out.returncode, out.stderr.splitlines()) == (
+        78,
+        [f"xce-controller: auth.join_token_file: {problem} ({config} line 2)"],
+    )
+    assert "s3cret" not in out.stderr
+
+
+def test_xcecli_refuses_a_token_no_header_can_carry(api: Api) -> None:
+    cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", api.ctl.url]
+    out = subprocess.run(
+        [*cli, "--token", "\u20acuro-0123456789", "hosts"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (out.returncode, out.stderr.strip()) == (
+        2,
+        "xcecli: --token: expected printable ASCII characters without spaces",
+    )
+    out = subprocess.run(
+        [*cli, "--token", ADMIN, "hosts"], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+
+
 def test_per_instance_token_is_single_use_and_minted_once(api: Api) -> None:
     cli = [
         sys.executable,
