@@ -146,12 +146,14 @@ class SampleWorker:
         return True
 
     def _check_refusal(self, status: int, body: Any) -> None:
-        if status == 401 and isinstance(body, dict) and body.get("error") == "unknown_credential":
+        if status not in (401, 410):
+            return
+        # Only an answer of this protocol counts (classify): a 401 without a protocol version
+        # is not the controller's, and must not cost the jobs.
+        answer = classify(status, body, Identity(self.host, self.instance))
+        if answer.outcome is Outcome.REFUSED and answer.body.get("error") == "unknown_credential":
             self.kill_all()
             raise CredentialRefused("credential refused: the agent joined again; restart me")
-        if status != 410:
-            return
-        answer = classify(status, body, Identity(self.host, self.instance))
         if answer.outcome is Outcome.DECOMMISSIONED:
             self.kill_all()
             raise Decommissioned(f"rejoin refused: {answer.body.get('message')}")

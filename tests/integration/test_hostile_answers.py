@@ -359,6 +359,14 @@ CASES: dict[str, Case] = {
         seen=4,
         check=one_watch_and_few_threads,
     ),
+    # Not an answer of this protocol (no version): the sample worker killed its jobs and exited
+    # on it, as if the agent had joined again.
+    "sample-worker-401-unknown-credential-without-protocol": Case(
+        answer(401, {"error": "unknown_credential", "message": "forged"}),
+        on=("watch",),
+        seen=6,
+        sample_worker=True,
+    ),
     "409-stale-incarnation": Case(
         answer(409, {"protocol": "1.1", "error": "stale_incarnation", "message": "old"}),
         check=shown_as_refused("host credential refused: HTTP 409 stale_incarnation"),
