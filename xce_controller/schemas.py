@@ -273,7 +273,12 @@ class ExpectBody(Strict):
     expected_address: str = Field("", max_length=64)
     deadline_in: Optional[float] = Field(None, gt=0, le=10 * 365 * 86400)
     provider: str = Field("", max_length=253)
-    join_token: str = Field("", max_length=512, description="a per-instance join token")
+    join_token: str = text(  # what an agent can send (names.BEARER_TOKEN), or none
+        "",
+        max_length=512,
+        pattern=r"^(|[\x21-\x7e]+)$",
+        description="a per-instance join token: printable ASCII, no spaces",
+    )
     mint_join_token: bool = Field(
         False, description="mint a per-instance join token; the answer shows it once"
     )

@@ -427,6 +427,18 @@ def test_a_takeover_under_another_name_is_recorded(api: Api) -> None:
     assert api.heartbeat("other", thief).status_code == 410
 
 
+@pytest.mark.parametrize("given", ["two words", "\u00e9t\u00e9-0123456789", "tok-0123456789\n"])
+def test_a_given_join_token_no_agent_can_send_is_refused(api: Api, given: str) -> None:
+    """Before, it was recorded (201) and the instance could never join with it."""
+    body = {"instance_id": "i-g", "template": "default", "join_token": given}
+    r = api.call("POST", "/v1/expected", PROVISIONER, json=body)
+    assert (r.status_code, r.json()["error"]) == (422, "bad_request")
+    assert api.call("GET", "/v1/expected", PROVISIONER).json() == []
+    body["join_token"] = "given-0123456789"
+    assert api.call("POST", "/v1/expected", PROVISIONER, json=body).status_code == 201
+    assert api.credential({"host": "g1", "instance_id": "i-g"}, "given-0123456789")
+
+
 # --- real agents ----------------------------------------------------------------------------
 
 
