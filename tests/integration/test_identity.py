@@ -511,3 +511,24 @@ def test_a_cloned_state_directory_is_refused_and_recorded(api: Api, tmp_path: Pa
     finally:
         a.stop()
         b.stop()
+
+
+def test_an_agent_fenced_by_a_stolen_renewal_still_obeys_its_decommission(
+    api: Api, tmp_path: Path
+) -> None:
+    a = agent(tmp_path, api, "node1").start()
+    try:
+        wait_for(a.worker_pid)
+        pid = a.worker_pid()
+        stolen = json.loads((a.dir / "state" / "credential.json").read_text())["secret"]
+        r = api.heartbeat("node1", stolen, renew=True, instance_id="i-1")
+        assert r.status_code == 200
+        assert api.heartbeat("node1", r.json()["credential"]).status_code == 200  # presented
+        wait_for(lambda: "stale_incarnation" in a.state().get("controller", {}).get("detail", ""))
+        assert api.host("node1")["last_refusal"].startswith("stale_incarnation")
+        assert a.worker_pid() == pid  # a refusal that is not the decommission stops nothing
+        assert api.call("POST", "/v1/hosts/node1/decommission", json={}).status_code == 200
+        wait_for(lambda: a.state().get("tombstone") is not None, timeout=15)
+        assert a.worker_pid() is None
+    finally:
+        a.stop()
