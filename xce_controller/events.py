@@ -18,6 +18,7 @@ from xce_controller.model import Cluster, Fact
 from xce_controller.service import Controller
 
 PAGE = 500  # facts read per query
+MAX_SEQ = 2**63 - 1  # SQLite's largest integer: a larger cursor cannot be compared
 KEEPALIVE = 15.0  # seconds: an idle stream sends a blank line so dead peers are noticed
 _SECRET_HINTS = ("token", "secret", "credential", "password")
 

@@ -18,7 +18,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from xce_controller import lifecycle as lc
-from xce_controller.events import EventHub
+from xce_controller.events import MAX_SEQ, EventHub
 from xce_controller.metrics import LatencyMiddleware, Metrics
 from xce_controller.service import Controller
 
@@ -77,7 +77,9 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
     )
     async def events(
         request: Request,
-        since: int = Query(0, ge=0, description="only events after this sequence number"),
+        since: int = Query(
+            0, ge=0, le=MAX_SEQ, description="only events after this sequence number"
+        ),
         host: str = Query("", max_length=253, description="only events about this host"),
         follow: bool = Query(False, description="keep the stream open for new events"),
         by: str = Depends(viewer),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from html import escape
 from typing import Any, Optional
 from urllib.parse import parse_qs
 
@@ -16,7 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from xce_controller import lifecycle as lc
 from xce_controller import ui_render as r
 from xce_controller.codec import host_to_json
-from xce_controller.events import EventHub
+from xce_controller.events import MAX_SEQ, EventHub
 from xce_controller.model import Host
 from xce_controller.service import Controller
 from xce_controller.story import story
@@ -108,7 +109,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         try:
             host = ctl.find_host(name)
         except lc.Refused as exc:
-            return html(r.page("XCE: no such host", f"<p>{exc.message}</p>", 0), 404)
+            return html(r.page("XCE: no such host", f"<p>{escape(exc.message)}</p>", 0), 404)
         events = [e for e in await _host_events(hub, host.key) if e["key"] == host.key]
         data = view(ctl, host)
         main = r.timeline(data, story(data, events, ctl.clock()), events)
@@ -119,18 +120,25 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
     @app.get("/ui/events", include_in_schema=False)
     async def sse(
         request: Request,
-        since: int = Query(0, ge=0),
+        since: int = Query(0, ge=0, le=MAX_SEQ),
         host: str = Query("", max_length=253),
         authorization: Optional[str] = Header(None),
         last_event_id: Optional[str] = Header(None),
     ) -> Response:
         if not signed_in(ctl, request, authorization):
             raise lc.Refused("unauthorized", 401, "sign in at /ui/login")
-        if last_event_id and last_event_id.isdigit():  # EventSource resuming after a drop
-            since = max(since, int(last_event_id))
+        since = max(since, _resume_id(last_event_id))
         return StreamingResponse(
             _sse(hub, since, host), media_type="text/event-stream", headers=HEADERS
         )
+
+
+def _resume_id(header: Optional[str]) -> int:
+    """The Last-Event-ID an EventSource sends when it resumes after a drop; 0 (from the
+    page's own cursor) for anything that is not a sequence number we could have sent."""
+    if not header or len(header) > 19 or not (header.isascii() and header.isdigit()):
+        return 0  # str.isdigit() alone accepts "²", which int() refuses
+    return min(int(header), MAX_SEQ)
 
 
 async def _host_events(hub: EventHub, name: str) -> list[dict[str, Any]]:

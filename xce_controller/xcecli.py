@@ -18,7 +18,7 @@ import requests
 
 from xce_controller.client_errors import ControllerRefused, ControllerUnreachable
 from xce_controller.model import AdminAction, HostState
-from xce_controller.xcecli_observe import events, why
+from xce_controller.xcecli_observe import events, printable, why
 from xce_protocol import names
 from xce_protocol.errors import UsageError
 from xce_protocol.exits import ErrorExits
@@ -59,6 +59,7 @@ def _code(record: dict[str, Any]) -> str:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
@@ -98,7 +99,11 @@ def main(ctx: click.Context, url: str, token: str, token_file: str | None) -> No
     ctx.obj = Client(url, token)
 
 
-def _out(data: Any, as_json: bool, text: str) -> None:
+def _out(data: Any, as_json: bool, text: str | list[str]) -> None:
+    # What a value holds (a reason, a name) cannot drive the terminal or forge a line: a list
+    # is escaped line by line; a table's cells were escaped by _table.
+    if isinstance(text, list):
+        text = "\n".join(printable(line) for line in text)
     click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
 
 
@@ -209,7 +214,7 @@ def host(client: Client, name: str, as_json: bool) -> None:
         f"  {_when(c['at'])}  {c['state']:<15} by {c['by']}: {c['why']}{_code(c)}"
         for c in h["history"]
     ]
-    _out(h, as_json, "\n".join(lines))
+    _out(h, as_json, lines)
 
 
 @main.command()

@@ -8,6 +8,7 @@ printed, so nothing is skipped or printed twice.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -19,6 +20,14 @@ from xce_controller.client_errors import ControllerUnreachable
 from xce_controller.story import story
 
 RECONNECT_MAX = 10.0
+# C0 and C1 controls and DEL: a reason or host name holding them must not move the cursor,
+# retitle the terminal or forge a line of its own.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(line: str) -> str:
+    """`line` with every control character shown as an escape (ESC as \\x1b)."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
 
 
 class ApiClient(Protocol):
@@ -67,7 +76,7 @@ def events(client: ApiClient, follow: bool, host: str, since: int, as_json: bool
         params = {"since": last, "host": host, "follow": str(follow).lower()}
         try:
             for e in _stream(client, params):
-                click.echo(json.dumps(e, sort_keys=True) if as_json else _line(e))
+                click.echo(json.dumps(e, sort_keys=True) if as_json else printable(_line(e)))
                 last, delay = e["seq"], 1.0
         except requests.RequestException as exc:
             if not follow:
@@ -93,4 +102,4 @@ def why(client: ApiClient, name: str) -> None:
     except requests.RequestException as exc:
         _fail(f"cannot reach {client.url}: {type(exc).__name__}")
     mine = [e for e in history if e["key"] == host["key"]]
-    click.echo("\n".join(story(host, mine, time.time())))
+    click.echo("\n".join(printable(line) for line in story(host, mine, time.time())))
