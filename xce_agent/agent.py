@@ -356,6 +356,7 @@ class Agent:
     def _check_link(self) -> None:
         if self.link is not None:
             self.link.check_threads()
+        self.metrics.restore()  # the same period serves: one stat of the textfile
         self.reactor.call_later(LINK_CHECK_PERIOD, self._check_link)
 
     # --- membership -------------------------------------------------------------------

@@ -51,6 +51,11 @@ class AgentMetrics:
         else:
             self._notices.discard(event_id)
 
+    def restore(self) -> None:
+        """Periodically, from the agent: put back a textfile deleted under it."""
+        if self.file is not None:
+            self.file.restore()
+
     def heartbeat_accepted(self, now: float) -> None:
         self.tally = replace(self.tally, last_heartbeat=now)
 

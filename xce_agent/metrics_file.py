@@ -270,8 +270,18 @@ class MetricsFile:
 
     def update(self, s: Sample) -> None:
         text = render(s)
-        if text == self._last:
+        if text == self._last and self.path.exists():
             return
+        self._put(text)
+
+    def restore(self) -> None:
+        """Write the last text again if the file was deleted (a cleanup, an operator): while
+        nothing changes (the controller unreachable for hours) a scraper would otherwise see
+        no metrics at all, and an alert on them could not fire."""
+        if self._last and not self.path.exists():
+            self._put(self._last)
+
+    def _put(self, text: str) -> None:
         try:
             self._write(self.path, text)
         except OSError as exc:

@@ -17,6 +17,7 @@ from xce_agent.metrics_file import Sample, render
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REQUEST_TIMEOUT = 10.0  # seconds a scraper has to send its request
 
 
 class MetricsPort:
@@ -26,6 +27,10 @@ class MetricsPort:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
+            # A connection that sends nothing holds a thread: without a bound on each read, a
+            # few thousand of them would exhaust the agent's threads and memory.
+            timeout = REQUEST_TIMEOUT
+
             def do_GET(self) -> None:
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404, "only /metrics here")
