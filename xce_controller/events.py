@@ -61,16 +61,29 @@ class EventHub:
         self.ctl = ctl
         self._waiters: list[asyncio.Future[None]] = []
         self.commits = 0  # batches committed since start: a follower's "anything new?"
+        self.stopping = False  # the controller is stopping: followers end their streams
         # job id -> host key, to tell which host a job fact is about (the facts of a
         # started, finished or requeued job name only the job).
         self._job_host = {j.id: j.assigned for j in ctl.cluster.jobs.values() if j.assigned}
         ctl.on_commit.append(self._committed)
+        ctl.on_release.append(self._release)
 
     def _committed(self, facts: list[Fact]) -> None:
         for fact in facts:
             if fact.kind == "job_assigned":
                 self._job_host[int(fact.data["id"])] = str(fact.data["key"])
         self.commits += 1
+        self._wake()
+
+    def _release(self) -> None:
+        """A stream that never ends would hold a stopping server: Debian 12's uvicorn waits
+        for it without a bound, newer ones cut it off after their grace with a traceback.
+        Each follower ends its answer cleanly instead and resumes, after the restart, with
+        the last `seq` it got."""
+        self.stopping = True
+        self._wake()
+
+    def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
         for fut in waiters:
             if not fut.done():
@@ -167,7 +180,7 @@ class EventHub:
                 yield event.to_json(self.ctl.cluster)
             if more:
                 continue
-            if not follow:
+            if not follow or self.stopping:
                 return
             # Commits made while the events above were being sent are read at once.
             if self.commits == seen and not await self.wait(keepalive):

@@ -78,6 +78,8 @@ class Controller:
         # Told of every committed batch, in order (metrics, the events stream).
         self.on_commit: list[Callable[[list[Fact]], None]] = []
         self.leases.on_commit.append(self._leases_committed)
+        # Told once the controller is stopping, on its loop (the events stream's followers).
+        self.on_release: list[Callable[[], None]] = []
         self._recorded: dict[tuple[str, str], float] = {}  # (host key, kind) -> last recorded
         for key in self.cluster.hosts:
             self._schedule(key)
@@ -225,6 +227,8 @@ class Controller:
 
     def _release(self) -> None:
         self._released = True
+        for listener in self.on_release:
+            listener()
         waiters, self._waiters = self._waiters, {}
         for futures in waiters.values():
             for fut in futures:
