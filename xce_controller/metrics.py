@@ -22,6 +22,7 @@ from xce_controller import lease_metrics
 from xce_controller import lifecycle as lc
 from xce_controller.model import Cluster, Fact, HostState
 from xce_controller.service import Controller
+from xce_protocol.reasons import Reason
 
 # Seconds: a drain is a few seconds to hours; a return, minutes to days.
 DRAIN_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600)
@@ -125,6 +126,9 @@ class FactTally:
             "xce_controller_host_transitions",
             "Host state changes, by the state entered and the reason code.", ["state", "code"],
         )  # fmt: skip
+        # Exposed at 0 from the start: increase() cannot count the sample that creates a
+        # series, so without it the first loss after a start would escape XceHostsFlapping.
+        self.transitions.labels(HostState.LOST.value, Reason.HEARTBEAT_LOST.value)
         self.decommissions = counter(
             "xce_controller_decommissions",
             "Hosts decommissioned, by template and how (drained, drain_timeout_requeued, ...).",

@@ -154,3 +154,13 @@ def test_terminal_escapes_in_reasons_are_shown_not_obeyed(ctl: EmbeddedControlle
         assert not any(line.startswith("forged") for line in out.stdout.splitlines())
     events = xcecli(ctl, "events", "--json")  # JSON is for programs: the text, exactly
     assert HOSTILE in [json.loads(line)["why"] for line in events.stdout.splitlines()]
+
+
+def test_the_loss_counter_is_there_at_zero_before_the_first_loss(
+    ctl: EmbeddedController,
+) -> None:
+    """XceHostsFlapping takes increase() of it: a series born at 1 would hide that loss."""
+    r = requests.get(ctl.url + "/metrics", headers=READ, timeout=10)
+    assert r.status_code == 200
+    line = 'xce_controller_host_transitions_total{code="heartbeat_lost",state="lost"} 0.0'
+    assert line in r.text.splitlines()
