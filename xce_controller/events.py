@@ -62,6 +62,10 @@ class EventHub:
         self._waiters: list[asyncio.Future[None]] = []
         self.commits = 0  # batches committed since start: a follower's "anything new?"
         self.stopping = False  # the controller is stopping: followers end their streams
+        # name, key or instance id -> host keys, as of a cluster version (host_keys)
+        self._names: dict[str, set[str]] = {}
+        self._names_version = -1
+        self._names_of: object = None
         # job id -> host key, to tell which host a job fact is about (the facts of a
         # started, finished or requeued job name only the job).
         self._job_host = {j.id: j.assigned for j in ctl.cluster.jobs.values() if j.assigned}
@@ -90,12 +94,18 @@ class EventHub:
                 fut.set_result(None)
 
     def host_keys(self, name: str) -> set[str]:
-        """Every record (incarnation) a host name, key or instance id refers to."""
-        return {
-            h.key
-            for h in self.ctl.cluster.hosts.values()
-            if name in (h.key, h.name, h.instance_id, h.expected_name)
-        }
+        """Every record (incarnation) a host name, key or instance id refers to. Read from
+        an index built once per committed version and shared by every follower: a scan of
+        every host per follower per commit stalled the controller for seconds with a few
+        thousand of each."""
+        cluster = self.ctl.cluster
+        if self._names_version != cluster.version or self._names_of is not cluster.hosts:
+            index: dict[str, set[str]] = {}
+            for h in cluster.hosts.values():
+                for ref in {h.key, h.name, h.instance_id, h.expected_name}:
+                    index.setdefault(ref, set()).add(h.key)
+            self._names, self._names_version, self._names_of = index, cluster.version, cluster.hosts
+        return set(self._names.get(name, ()))
 
     def read(
         self, since: int, keys: set[str] | None, jobs: dict[int, str]
