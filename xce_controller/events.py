@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from xce_controller.model import Cluster, Fact
+from xce_controller.model import Cluster, Fact, fold
 from xce_controller.service import Controller
 
 PAGE = 500  # facts read per query
@@ -102,10 +102,11 @@ class EventHub:
         if self._names_version != cluster.version or self._names_of is not cluster.hosts:
             index: dict[str, set[str]] = {}
             for h in cluster.hosts.values():
-                for ref in {h.key, h.name, h.instance_id, h.expected_name}:
+                # Keys and instance ids as they are; host names without regard to case.
+                for ref in {h.key, h.instance_id, fold(h.name), fold(h.expected_name)}:
                     index.setdefault(ref, set()).add(h.key)
             self._names, self._names_version, self._names_of = index, cluster.version, cluster.hosts
-        return set(self._names.get(name, ()))
+        return set(self._names.get(name, ())) | set(self._names.get(fold(name), ()))
 
     def read(
         self, since: int, keys: set[str] | None, jobs: dict[int, str]

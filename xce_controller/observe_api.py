@@ -31,7 +31,13 @@ def viewer_tokens(ctl: Controller) -> list[str]:
 
 
 def allowed(ctl: Controller, token: str) -> bool:
-    return bool(token) and any(hmac.compare_digest(token, t) for t in viewer_tokens(ctl))
+    return bool(token) and any(_same(token, t) for t in viewer_tokens(ctl))
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time comparison of bytes: compare_digest refuses str with non-ASCII
+    characters, which any header may carry (a 500 before)."""
+    return hmac.compare_digest(given.encode(), expected.encode())
 
 
 def session_value(token: str) -> str:
@@ -46,7 +52,7 @@ def signed_in(ctl: Controller, request: Request, authorization: Optional[str]) -
         return allowed(ctl, authorization[7:].strip())
     cookie = request.cookies.get(COOKIE, "")
     return bool(cookie) and any(
-        hmac.compare_digest(cookie, session_value(t)) for t in viewer_tokens(ctl)
+        _same(cookie, session_value(t)) for t in viewer_tokens(ctl)
     )
 
 

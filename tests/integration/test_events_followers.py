@@ -68,3 +68,17 @@ def test_followers_of_many_hosts_do_not_each_scan_every_host(tmp_path: Path) -> 
     assert seen == {"i-7": hub.last_seq()}  # the commit reached its host's follower only
     assert scans < FOLLOWERS / 10, scans  # was one scan of every host per follower
     ctl.store.close()
+
+
+def test_a_host_filter_names_the_host_in_any_case(tmp_path: Path) -> None:
+    """Host names compare without regard to case everywhere else (DNS): so does --host."""
+    (tmp_path / "cluster.yaml").write_text(CONFIG)
+    ctl = Controller(load_cluster_config(tmp_path / "cluster.yaml"), Store(tmp_path / "c.db"))
+    ctl.commit(lc.expect(ctl.cluster, ctl.cfg, time.time(), "admin", "i-1", "default", "Node1"))
+    hub = EventHub(ctl)
+    key = ctl.cluster.host_by_name("node1")
+    assert key is not None
+    assert hub.host_keys("node1") == hub.host_keys("NODE1") == {key.key}
+    assert hub.host_keys("i-1") == {key.key}  # an instance id as it is
+    assert hub.host_keys("node2") == set()
+    ctl.store.close()

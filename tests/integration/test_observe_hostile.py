@@ -164,3 +164,18 @@ def test_the_loss_counter_is_there_at_zero_before_the_first_loss(
     assert r.status_code == 200
     line = 'xce_controller_host_transitions_total{code="heartbeat_lost",state="lost"} 0.0'
     assert line in r.text.splitlines()
+
+
+def test_a_bearer_or_cookie_with_non_ascii_bytes_is_refused_not_a_500(
+    ctl: EmbeddedController,
+) -> None:
+    forged = "caf\u00e9".encode("latin-1")  # a header may carry any byte above 127
+    for path in ("/v1/events", "/metrics"):
+        r = requests.get(ctl.url + path, headers={"Authorization": b"Bearer " + forged}, timeout=10)
+        assert r.status_code == 401, (path, r.status_code, r.text)
+    # The page answers its sign-in form to anyone not signed in, by bearer or by cookie.
+    for headers in ({"Authorization": b"Bearer " + forged}, {"Cookie": b"xce_view=" + forged}):
+        r = requests.get(ctl.url + "/ui", headers=headers, timeout=10)
+        assert r.status_code == 200 and "sign in" in r.text, (r.status_code, r.text[:200])
+    # The real token still reads.
+    assert requests.get(ctl.url + "/v1/events", headers=READ, timeout=10).status_code == 200
