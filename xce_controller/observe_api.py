@@ -51,9 +51,7 @@ def signed_in(ctl: Controller, request: Request, authorization: Optional[str]) -
     if authorization and authorization.lower().startswith("bearer "):
         return allowed(ctl, authorization[7:].strip())
     cookie = request.cookies.get(COOKIE, "")
-    return bool(cookie) and any(
-        _same(cookie, session_value(t)) for t in viewer_tokens(ctl)
-    )
+    return bool(cookie) and any(_same(cookie, session_value(t)) for t in viewer_tokens(ctl))
 
 
 def check_viewer(request: Request, authorization: Optional[str]) -> None:
