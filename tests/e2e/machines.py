@@ -199,6 +199,16 @@ def remove_cgroup(path: Path) -> None:
                 time.sleep(0.05)
 
 
+def files_user_data(files: dict[str, str]) -> str:
+    """Cloud-init user-data that writes `files` (path -> text) and enables the agent."""
+    parts = ["#cloud-config", "write_files:"]
+    for path, text in files.items():
+        parts.append(f"- path: {path}\n  content: |")
+        parts.extend(f"    {line}" for line in text.splitlines())
+    parts.append("runcmd:\n- [systemctl, enable, --now, xce-agent.service]")
+    return "\n".join(parts) + "\n"
+
+
 def build_image(root: Path, work: Path) -> tuple[Path, Path]:
     """Build the .debs from the tree at `root` and a base rootfs with the agent's installed;
     the base and the xce-agent .deb."""

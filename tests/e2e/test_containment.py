@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.machines import Machine, boot_marks, build_image
+from tests.e2e.machines import Machine, boot_marks, build_image, files_user_data
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = boot_marks()
@@ -60,12 +60,7 @@ roles:
 def user_data() -> str:
     files = {"/etc/xce/agent.yaml": CONFIG, "/etc/xce/worker.py": WORKER}
     files["/etc/xce/daemonizer.py"] = DAEMONIZER
-    parts = ["#cloud-config", "write_files:"]
-    for path, text in files.items():
-        parts.append(f"- path: {path}\n  content: |")
-        parts.extend(f"    {line}" for line in text.splitlines())
-    parts.append("runcmd:\n- [systemctl, enable, --now, xce-agent.service]")
-    return "\n".join(parts) + "\n"
+    return files_user_data(files)
 
 
 @pytest.fixture(scope="module")
