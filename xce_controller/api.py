@@ -7,7 +7,6 @@ lifespan goes on the router where FastAPI takes none: Debian 12's FastAPI 0.92 h
 from __future__ import annotations
 
 import contextlib
-import hmac
 import inspect
 from collections.abc import AsyncIterator
 from typing import Any, Optional
@@ -100,10 +99,6 @@ def _token(creds: Bearer) -> str:
     return creds.credentials.strip() if creds is not None else ""
 
 
-def _same(token: str, secret: str) -> bool:
-    return bool(token) and bool(secret) and hmac.compare_digest(token.encode(), secret.encode())
-
-
 ADMIN_BEARER = Depends(ADMIN)
 PROVISIONER_BEARER = Depends(PROVISIONER)
 READ_BEARER = Depends(READ)
@@ -115,11 +110,11 @@ WORKER_CREDENTIAL = Depends(WORKER)
 def _admin(request: Request, creds: Bearer = ADMIN_BEARER) -> str:
     cfg = request.app.state.controller.cfg
     token = _token(creds)
-    if _same(token, cfg.admin_token):
+    if credentials.same(token, cfg.admin_token):
         return "admin"
     if _reads(request, token):
         return "reader"
-    if _same(token, cfg.provisioner_token):
+    if credentials.same(token, cfg.provisioner_token):
         raise lc.Refused("forbidden", 403, "the provisioner token cannot make admin calls")
     raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
 
@@ -128,7 +123,7 @@ def _reads(request: Request, token: str) -> bool:
     """The read-only token reads (a dashboard, `xcecli why`) and changes nothing: on any
     other method it is no token at all."""
     cfg = request.app.state.controller.cfg
-    return request.method == "GET" and _same(token, cfg.read_token)
+    return request.method == "GET" and credentials.same(token, cfg.read_token)
 
 
 def _provisioner(
@@ -138,9 +133,9 @@ def _provisioner(
 ) -> str:
     cfg = request.app.state.controller.cfg
     token = _token(creds)
-    if _same(token, cfg.provisioner_token):
+    if credentials.same(token, cfg.provisioner_token):
         return "provisioner"
-    if _same(token, cfg.admin_token):
+    if credentials.same(token, cfg.admin_token):
         return "admin"
     if _reads(request, token):
         return "reader"
@@ -157,7 +152,7 @@ def _viewer(
     ctl = request.app.state.controller
     if not observe_api.signed_in(ctl, request, f"Bearer {token}" if token else None):
         raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
-    return "admin" if _same(token, ctl.cfg.admin_token) else "reader"
+    return "admin" if credentials.same(token, ctl.cfg.admin_token) else "reader"
 
 
 ADMIN_ROLE = Depends(_admin)
@@ -465,7 +460,9 @@ def create_app(ctl: Controller) -> FastAPI:
         if body.join_token and body.mint_join_token:
             raise lc.Refused("conflict", 409, "join_token and mint_join_token: one of them")
         token = credentials.mint() if body.mint_join_token else body.join_token
-        if any(_same(token, t) for t in (ctl.cfg.admin_token, ctl.cfg.provisioner_token)):
+        if any(
+            credentials.same(token, t) for t in (ctl.cfg.admin_token, ctl.cfg.provisioner_token)
+        ):
             raise lc.Refused("conflict", 409, "a join token must differ from the role tokens")
         ctl.commit(
             lc.expect(

@@ -29,6 +29,13 @@ def seal(secret: str, salt: str | None = None) -> str:
     return f"{SCHEME}${salt}${digest}"
 
 
+def same(given: str, expected: str) -> bool:
+    """Whether a presented token is a configured one, in constant time. Compared as bytes:
+    compare_digest refuses str with non-ASCII characters, which any header may carry. An
+    empty one is never a match (no token configured is not "any token")."""
+    return bool(given) and bool(expected) and hmac.compare_digest(given.encode(), expected.encode())
+
+
 def matches(secret: str, sealed: str) -> bool:
     """Whether `secret` is the one `sealed` was made from (constant time in the digest)."""
     if not secret or not sealed:

@@ -11,7 +11,6 @@ a cloned host) is refused as stale, and the attempt is recorded as a fact.
 from __future__ import annotations
 
 import enum
-import hmac
 from typing import Any
 
 from xce_controller import credentials
@@ -57,7 +56,7 @@ def proof(record: Host | None, cfg: ClusterConfig, token: str, now: float) -> Pr
         return Proof.JOIN_TOKEN
     if not cfg.join_token:  # only a simulation runs without one: the server always has one
         return Proof.JOIN_TOKEN
-    if token and hmac.compare_digest(token.encode(), cfg.join_token.encode()):
+    if credentials.same(token, cfg.join_token):
         return Proof.JOIN_TOKEN
     return Proof.NONE
 

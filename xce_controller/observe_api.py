@@ -9,7 +9,6 @@ in a cookie scoped to the page's paths, so the page's event stream needs no head
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
@@ -17,6 +16,7 @@ from typing import Any, Optional
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
+from xce_controller import credentials
 from xce_controller import lifecycle as lc
 from xce_controller.events import MAX_SEQ, EventHub
 from xce_controller.metrics import LatencyMiddleware, Metrics
@@ -31,13 +31,7 @@ def viewer_tokens(ctl: Controller) -> list[str]:
 
 
 def allowed(ctl: Controller, token: str) -> bool:
-    return bool(token) and any(_same(token, t) for t in viewer_tokens(ctl))
-
-
-def _same(given: str, expected: str) -> bool:
-    """Constant-time comparison of bytes: compare_digest refuses str with non-ASCII
-    characters, which any header may carry (a 500 before)."""
-    return hmac.compare_digest(given.encode(), expected.encode())
+    return any(credentials.same(token, t) for t in viewer_tokens(ctl))
 
 
 def session_value(token: str) -> str:
@@ -51,7 +45,7 @@ def signed_in(ctl: Controller, request: Request, authorization: Optional[str]) -
     if authorization and authorization.lower().startswith("bearer "):
         return allowed(ctl, authorization[7:].strip())
     cookie = request.cookies.get(COOKIE, "")
-    return bool(cookie) and any(_same(cookie, session_value(t)) for t in viewer_tokens(ctl))
+    return any(credentials.same(cookie, session_value(t)) for t in viewer_tokens(ctl))
 
 
 def check_viewer(request: Request, authorization: Optional[str]) -> None:
