@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from xce_agent.supervision.event_queue import EventQueue
 
 
 def test_an_event_posted_while_applying_waits_for_the_one_being_applied() -> None:
     seen: list[str] = []
-    queue: EventQueue[str] = EventQueue(lambda name, event: apply(name, event))
 
     def apply(name: str, event: str) -> None:
         seen.append(f"begin {event}")
@@ -16,6 +17,7 @@ def test_an_event_posted_while_applying_waits_for_the_one_being_applied() -> Non
             queue.post(name, "probe")
         seen.append(f"end {event}")
 
+    queue: EventQueue[str] = EventQueue(apply)
     queue.post("worker", "start")
     assert seen == [
         "begin start",
@@ -36,9 +38,7 @@ def test_a_failing_apply_leaves_the_queue_usable() -> None:
         seen.append(event)
 
     queue: EventQueue[str] = EventQueue(apply)
-    try:
+    with pytest.raises(ValueError):
         queue.post("worker", "bad")
-    except ValueError:
-        pass
     queue.post("worker", "good")
     assert seen == ["good"]
