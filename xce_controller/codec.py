@@ -63,7 +63,7 @@ def host_to_json(host: Host) -> dict[str, Any]:
         ],
         "before_loss": host.before_loss,
         "notice": notice_to_json(host.notice),
-        "done_notices": list(host.done_notices),
+        "done_notices": [list(done) for done in host.done_notices],
     }
 
 
@@ -113,8 +113,15 @@ def host_from_json(d: dict[str, Any]) -> Host:
         ),
         before_loss=d.get("before_loss", ""),
         notice=notice_from_json(d.get("notice")),
-        done_notices=tuple(d.get("done_notices", ())),
+        done_notices=tuple(_done_notice(e) for e in d.get("done_notices", ())),
     )
+
+
+def _done_notice(entry: Any) -> tuple[str, float | None]:
+    """[event id, time it announced]; a bare id (the first form stored) names no time."""
+    if isinstance(entry, str):
+        return entry, None
+    return str(entry[0]), entry[1]
 
 
 def job_to_json(job: Job) -> dict[str, Any]:

@@ -187,8 +187,10 @@ def _notice(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     host = cluster.hosts[key]
     notice = notice_from_json(d.get("notice"))
     done = host.done_notices
-    if notice is None and host.notice is not None and host.notice.event_id not in done:
-        done = (*done, host.notice.event_id)[-DONE_NOTICES_KEPT:]
+    if notice is None and host.notice is not None:
+        over = (host.notice.event_id, host.notice.deadline)
+        if over not in done:
+            done = (*done, over)[-DONE_NOTICES_KEPT:]
     cluster.put_host(evolve(host, notice=notice, done_notices=done))
     return {key}
 

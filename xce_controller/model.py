@@ -166,9 +166,11 @@ class Host:
         return None
 
     notice: HostNotice | None = None
-    # The event ids of notices that ended, lapsed or ended with a reboot here (the newest
-    # few): the same item read again (an agent restart re-reads the metadata) acts no more.
-    done_notices: tuple[str, ...] = ()
+    # The notices that ended, lapsed or ended with a reboot here (the newest few), by event id
+    # and the time each announced: the same item read again (an agent restart re-reads the
+    # metadata) acts no more, but an id a provider reuses for its next event (AWS "aws-spot",
+    # GCE's) comes with another time and is a new notice.
+    done_notices: tuple[tuple[str, float | None], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,8 @@ def receive(cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, n: Not
         if current is None or current.event_id != n.event_id:
             return [_record(now, host, n, current)]  # not the one acted on: nothing changes
         return _end(now, host, n, f"{current.kind} notice withdrawn by {n.provider or 'agent'}")
-    if n.event_id in host.done_notices and (current is None or current.event_id != n.event_id):
+    over = (n.event_id, n.deadline) in host.done_notices
+    if over and (current is None or current.event_id != n.event_id):
         return [_record(now, host, n, current)]  # over already: read again after a restart
     weaker = current is not None and severity(current.kind, current.impact) >= severity(
         n.kind.value, n.impact.value

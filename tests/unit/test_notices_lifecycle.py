@@ -11,6 +11,7 @@ import pytest
 from xce_controller import credentials, deadlines, notices
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
+from xce_controller.codec import host_from_json, host_to_json
 from xce_controller.config import ClusterConfig, Template, load_cluster_config
 from xce_controller.facts import apply
 from xce_controller.model import AdminAction, Cluster, Fact, HostState, JobEvent, JobState
@@ -322,8 +323,37 @@ def test_the_notices_that_are_over_survive_a_replay_and_stay_few() -> None:
         w.notice(a, NoticeKind.MAINTENANCE, event_id=f"ev-{i}", deadline=900.0)
         w.notice(a, NoticeKind.MAINTENANCE, event_id=f"ev-{i}", state=NoticeState.ENDED)
     done = w.cluster.hosts[a].done_notices
-    assert done == tuple(f"ev-{i}" for i in range(4, 12))
+    assert done == tuple((f"ev-{i}", 900.0) for i in range(4, 12))
     replayed = Cluster()
     for fact in w.facts:
         apply(replayed, fact)
     assert replayed.hosts[a] == w.cluster.hosts[a]
+    assert host_from_json(host_to_json(w.cluster.hosts[a])) == w.cluster.hosts[a]  # snapshot
+
+
+@pytest.mark.parametrize(
+    ("provider", "event_id", "kind"),
+    [
+        ("aws", "aws-spot", NoticeKind.PREEMPTION),  # a spot instance stopped, then started
+        ("gce", "gce-preempted", NoticeKind.PREEMPTION),  # a spot VM stopped, then started
+        ("gce", "gce-maintenance-terminate_on_host_maintenance", NoticeKind.MAINTENANCE),
+    ],
+)
+def test_a_new_event_under_a_reused_id_still_acts(
+    provider: str, event_id: str, kind: NoticeKind
+) -> None:
+    """AWS names every spot interruption "aws-spot", GCE every preemption and maintenance of a
+    kind alike: the next one announces another time, and must close the host again."""
+    w = World()
+    a = w.join("a", boot="b1")
+    w.notice(a, kind, provider=provider, event_id=event_id, deadline=120.0)
+    assert w.state(a) is HostState.CLOSED
+    w.now = 200.0
+    w.join("a", boot="b2")  # back after the stop: the notice is over
+    assert w.state(a) is HostState.OPEN and w.cluster.hosts[a].notice is None
+    w.now = 5000.0
+    job = w.run("a")
+    w.notice(a, kind, provider=provider, event_id=event_id, deadline=5120.0)
+    assert w.state(a) is HostState.CLOSED
+    w.tick(5110.0)
+    assert w.job(job) is JobState.PENDING  # requeued before the platform acts
