@@ -30,26 +30,39 @@ LOG_EVERY = 10.0  # at most one line per this many seconds: a flood of drips is 
 
 
 class _Closed:
-    """Counts the connections closed for their deadline, and says so now and then."""
+    """Counts the connections closed for their deadline, and says so now and then: the ones
+    not told at once are told LOG_EVERY later, so a flood's last connections are not left out
+    of the log until the next one."""
 
     def __init__(self) -> None:
         self.total = 0
         self._unlogged = 0
         self._logged_at = -LOG_EVERY
+        self._last = ("a client", DEFAULT_READ_TIMEOUT)
+        self._tell_at = 0.0  # when the ones not told yet will be (a loop may end before)
 
     def note(self, peer: Any, timeout: float) -> None:
         self.total += 1
         self._unlogged += 1
+        self._last = (peer[0] if isinstance(peer, tuple) and peer else "a client", timeout)
         now = time.monotonic()
-        if now - self._logged_at >= LOG_EVERY:
-            who = peer[0] if isinstance(peer, tuple) and peer else "a client"
+        wait = self._logged_at + LOG_EVERY - now
+        if wait <= 0:
+            self._tell()
+        elif self._tell_at < now:
+            self._tell_at = now + wait
+            asyncio.get_running_loop().call_later(wait, self._tell)
+
+    def _tell(self) -> None:
+        if self._unlogged:
+            who, timeout = self._last
             log.warning(
                 "closed %d connection(s) whose request did not arrive within %gs (last from %s)",
                 self._unlogged,
                 timeout,
                 who,
             )
-            self._unlogged, self._logged_at = 0, now
+            self._unlogged, self._logged_at = 0, time.monotonic()
 
 
 CLOSED = _Closed()
