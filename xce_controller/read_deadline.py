@@ -20,12 +20,21 @@ import time
 from typing import Any
 
 import h11
+from h11._state import MIGHT_SWITCH_PROTOCOL  # h11 has it, but not in its __all__
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
 
 DEFAULT_READ_TIMEOUT = 30.0
-_REQUEST_READ = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR)
+# A request offering an upgrade (h2c: `curl --http2`) ends in MIGHT_SWITCH_PROTOCOL, not DONE.
+_REQUEST_READ = (
+    h11.DONE,
+    h11.MUST_CLOSE,
+    h11.CLOSED,
+    h11.ERROR,
+    MIGHT_SWITCH_PROTOCOL,
+    h11.SWITCHED_PROTOCOL,
+)
 LOG_EVERY = 10.0  # at most one line per this many seconds: a flood of drips is one line
 
 

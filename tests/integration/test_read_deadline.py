@@ -168,3 +168,20 @@ def test_the_controller_closes_a_dripping_client_and_counts_it(tmp_path: Path) -
         assert requests.get(ctl.url + "/v1/info", timeout=10).status_code == 200
     finally:
         ctl.stop()
+
+
+def test_a_slow_answer_to_a_request_offering_an_upgrade_is_not_a_read(
+    server: tuple[str, int],
+) -> None:
+    """`curl --http2 http://...` offers h2c: h11 holds such a request as "might switch
+    protocol" once it has arrived, which is still a request read."""
+    conn = http.client.HTTPConnection(server[0], server[1], timeout=10)
+    headers = {
+        "Connection": "Upgrade, HTTP2-Settings",
+        "Upgrade": "h2c",
+        "HTTP2-Settings": "AAMAAABkAAQCAAAAAAIAAAAA",
+    }
+    conn.request("GET", "/slow", headers=headers)  # answered after twice the deadline
+    response = conn.getresponse()  # Debian 12's uvicorn 0.17 refuses the upgrade at once
+    assert response.read() == b"ok" or response.status == 400
+    conn.close()
