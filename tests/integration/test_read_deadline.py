@@ -170,6 +170,28 @@ def test_the_controller_closes_a_dripping_client_and_counts_it(tmp_path: Path) -
         ctl.stop()
 
 
+def test_a_request_pipelined_behind_a_slow_answer_waits_unread_and_is_not_timed(
+    server: tuple[str, int],
+) -> None:
+    """The server reads nothing more of a connection while it answers the request before: the
+    next request's body, sent on time, is no drip of the client's."""
+    conn = socket.create_connection(server)
+    conn.sendall(
+        b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n"
+    )
+    time.sleep(0.2)  # the body follows in its own segment, long before the deadline
+    conn.sendall(b"hi")
+    conn.settimeout(10 * TIMEOUT)
+    received = b""
+    while received.count(b"ok") < 2:
+        chunk = conn.recv(4096)
+        assert chunk, f"the server closed the connection after {received!r}"
+        received += chunk
+    conn.close()
+    assert received.count(b"HTTP/1.1 200") == 2
+
+
 def test_a_slow_answer_to_a_request_offering_an_upgrade_is_not_a_read(
     server: tuple[str, int],
 ) -> None:
