@@ -6,7 +6,8 @@ uvicorn closes kept-alive connections that sit idle after a response, but it tim
 fresh connection that sends nothing nor a request being read: a client sending its headers a
 byte at a time would hold a connection (a descriptor, a parser, its buffer) for as long as it
 keeps dripping, without any credential. The deadline is per request, not per connection: a
-long-poll's wait and an idle kept-alive connection are not reads.
+long-poll's wait, an idle kept-alive connection and a request the server has stopped reading
+(pipelined behind a slow answer) are not reads.
 
 Both of uvicorn's HTTP/1.1 implementations are covered (httptools when installed, else h11),
 from Debian 12's uvicorn 0.17 on; only the methods all of them have are overridden.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -35,6 +37,7 @@ _REQUEST_READ = (
     MIGHT_SWITCH_PROTOCOL,
     h11.SWITCHED_PROTOCOL,
 )
+PAUSED_LOOK = 1.0  # how often a deadline run out while the server does not read looks again
 LOG_EVERY = 10.0  # at most one line per this many seconds: a flood of drips is one line
 
 
@@ -78,13 +81,29 @@ CLOSED = _Closed()
 
 
 class _Timer:
-    def __init__(self, timeout: float) -> None:
+    """The deadline of one connection's request. It does not run out while the server itself
+    has stopped reading the connection (a pipelined request waiting for the answer before it,
+    a body beyond uvicorn's buffer the app has yet to read): that wait is not the client's."""
+
+    def __init__(self, timeout: float, paused: Callable[[], bool]) -> None:
         self.timeout = timeout
+        self.paused = paused
         self.handle: asyncio.TimerHandle | None = None
 
     def arm(self, loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, peer: Any) -> None:
         if self.handle is None:
             self.handle = loop.call_later(self.timeout, self._overdue, transport, peer)
+
+    def _look_again(self, transport: asyncio.Transport, peer: Any) -> None:
+        """While the server does not read, look again now and then; once it reads again, the
+        client has a whole deadline: what it sent meanwhile is not even read yet."""
+        loop = asyncio.get_running_loop()
+        if self.paused():
+            wait = min(PAUSED_LOOK, self.timeout)
+            self.handle = loop.call_later(wait, self._look_again, transport, peer)
+        else:
+            self.handle = None
+            self.arm(loop, transport, peer)
 
     def cancel(self) -> None:
         if self.handle is not None:
@@ -93,7 +112,9 @@ class _Timer:
 
     def _overdue(self, transport: asyncio.Transport, peer: Any) -> None:
         self.handle = None
-        if not transport.is_closing():
+        if self.paused():
+            self._look_again(transport, peer)
+        elif not transport.is_closing():
             CLOSED.note(peer, self.timeout)
             transport.close()
 
@@ -104,9 +125,12 @@ class TimedH11(H11Protocol):
     read_timeout = DEFAULT_READ_TIMEOUT
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._read_timer = _Timer(self.read_timeout)
+        self._read_timer = _Timer(self.read_timeout, self._reading_paused)
         super().connection_made(transport)
         self._read_timer.arm(self.loop, transport, self.client)
+
+    def _reading_paused(self) -> bool:
+        return bool(getattr(self.flow, "read_paused", False))
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -133,9 +157,12 @@ def _httptools() -> type[asyncio.Protocol] | None:
         read_timeout = DEFAULT_READ_TIMEOUT
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            self._read_timer = _Timer(self.read_timeout)
+            self._read_timer = _Timer(self.read_timeout, self._reading_paused)
             super().connection_made(transport)
             self._read_timer.arm(self.loop, transport, self.client)
+
+        def _reading_paused(self) -> bool:
+            return bool(getattr(self.flow, "read_paused", False))
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
