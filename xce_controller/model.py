@@ -169,7 +169,7 @@ class Host:
     # The notices that ended, lapsed or ended with a reboot here (the newest few), by event id
     # and the time each announced: the same item read again (an agent restart re-reads the
     # metadata) acts no more, but an id a provider reuses for its next event (AWS "aws-spot",
-    # GCE's) comes with another time and is a new notice.
+    # GCE's) comes with another time still to come and is a new notice (notices._over).
     done_notices: tuple[tuple[str, float | None], ...] = ()
 
 

@@ -99,8 +99,7 @@ def receive(cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, n: Not
         if current is None or current.event_id != n.event_id:
             return [_record(now, host, n, current)]  # not the one acted on: nothing changes
         return _end(now, host, n, f"{current.kind} notice withdrawn by {n.provider or 'agent'}")
-    over = (n.event_id, n.deadline) in host.done_notices
-    if over and (current is None or current.event_id != n.event_id):
+    if _over(host, n, now) and (current is None or current.event_id != n.event_id):
         return [_record(now, host, n, current)]  # over already: read again after a restart
     weaker = current is not None and severity(current.kind, current.impact) >= severity(
         n.kind.value, n.impact.value
@@ -122,6 +121,17 @@ def receive(cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, n: Not
             )
         )
     return facts
+
+
+def _over(host: Host, n: Notice, now: float) -> bool:
+    """The notice is one that is over here, read again: its id, and not another time still to
+    come (AWS names every spot interruption alike, GCE every preemption: the next one of an
+    instance stopped and started announces a new time)."""
+    return any(
+        event_id == n.event_id
+        and (n.deadline is None or n.deadline == deadline or n.deadline <= now)
+        for event_id, deadline in host.done_notices
+    )
 
 
 def _acting(

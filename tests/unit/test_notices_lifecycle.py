@@ -331,6 +331,23 @@ def test_the_notices_that_are_over_survive_a_replay_and_stay_few() -> None:
     assert host_from_json(host_to_json(w.cluster.hosts[a])) == w.cluster.hosts[a]  # snapshot
 
 
+def test_an_event_read_again_after_its_reboot_with_its_time_passed_does_not_act() -> None:
+    """Azure lists an event as Started (no NotBefore) while it happens: the agent after the
+    reboot takes the time it saw it as the deadline, which is another time, but no later."""
+    w = World()
+    a = w.join("a", boot="b1")
+    ev = "0a1b2c3d-azure-event"
+    w.notice(a, NoticeKind.MAINTENANCE, provider="azure", event_id=ev, deadline=900.0)
+    w.now = 950.0
+    w.join("a", boot="b2")
+    job = w.run("a")
+    w.now = 960.0
+    w.notice(a, NoticeKind.MAINTENANCE, provider="azure", event_id=ev, deadline=958.0)
+    assert w.state(a) is HostState.OPEN and w.cluster.hosts[a].notice is None
+    w.tick(970.0)
+    assert w.job(job) is JobState.RUNNING
+
+
 @pytest.mark.parametrize(
     ("provider", "event_id", "kind"),
     [
