@@ -43,6 +43,7 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
     from xce_controller.server import (
         bind,
         make_server,
+        raise_open_files,
         stable_admin_token,
         stable_token,
         token_file,
@@ -72,6 +73,7 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
             cfg = replace(cfg, join_token=stable_token(db, "join"))
             click.echo(f"xce-controller: join token in {token_file(db, 'join')}", err=True)
         step = f"cannot listen on {listen}"
+        raise_open_files()  # systemd's 1024 is about a thousand agents' watches
         sock = bind(host, int(port_text))
         step = f"cannot open the database {db}"
         server, controller = make_server(cfg, db, sock)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import resource
 import secrets
 import socket
 import threading
@@ -34,6 +35,28 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
+
+
+OPEN_FILES_WANTED = 1 << 20  # more than any cluster's connections; kernels cap it lower
+
+
+def raise_open_files() -> int:
+    """Let the process hold as many connections as its hard limit allows; the limit now.
+
+    systemd starts a service with a soft limit of 1024 open files: about a thousand agents'
+    watches, or as many silent connections held for the read deadline, and no agent could
+    connect any more.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_WANTED)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError) as exc:  # above the kernel's nr_open: keep what it gave
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, want, exc)
+            return soft
+        return want
+    return soft
 
 
 def token_file(db: Path, kind: str = "admin") -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import resource
 import socket
 import threading
 import time
@@ -207,3 +208,28 @@ def test_a_slow_answer_to_a_request_offering_an_upgrade_is_not_a_read(
     response = conn.getresponse()  # Debian 12's uvicorn 0.17 refuses the upgrade at once
     assert response.read() == b"ok" or response.status == 400
     conn.close()
+
+
+def test_the_controller_holds_more_connections_than_systemds_default_file_limit(
+    tmp_path: Path,
+) -> None:
+    """systemd starts a service allowed 1024 open files (soft): a thousand agents' watches, or
+    as many silent connections for the read deadline's 30 s, and nobody could connect."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = 256
+    if hard < 4 * low:
+        pytest.skip(f"the hard limit of open files ({hard}) leaves no room above {low}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))  # the controller inherits it
+    try:
+        ctl = ControllerProcess(tmp_path, CONFIG).start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    conns: list[socket.socket] = []
+    try:
+        host, port = ctl.url.removeprefix("http://").split(":")
+        conns = [socket.create_connection((host, int(port))) for _ in range(low + 50)]
+        assert requests.get(ctl.url + "/v1/info", timeout=10).status_code == 200
+    finally:
+        for conn in conns:
+            conn.close()
+        ctl.stop()
