@@ -152,7 +152,7 @@ def _httptools() -> type[asyncio.Protocol] | None:
         return None
 
     class TimedHttpTools(HttpToolsProtocol):
-        """httptools: a request starts at its first byte and is read at its message end."""
+        """httptools: a request starts at any byte and is read at its message end."""
 
         read_timeout = DEFAULT_READ_TIMEOUT
 
@@ -163,6 +163,13 @@ def _httptools() -> type[asyncio.Protocol] | None:
 
         def _reading_paused(self) -> bool:
             return bool(getattr(self.flow, "read_paused", False))
+
+        def data_received(self, data: bytes) -> None:
+            # Any byte starts the deadline, not only a request's: httptools skips blank lines
+            # between requests without a callback, and each byte stops uvicorn's keep-alive
+            # timeout. A request completed by these bytes cancels it again.
+            self._read_timer.arm(self.loop, self.transport, self.client)
+            super().data_received(data)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()

@@ -233,3 +233,26 @@ def test_the_controller_holds_more_connections_than_systemds_default_file_limit(
         for conn in conns:
             conn.close()
         ctl.stop()
+
+
+def test_blank_lines_dripped_between_requests_lose_the_connection(
+    server: tuple[str, int],
+) -> None:
+    """httptools skips CRLFs between requests without starting one, and every byte stops
+    uvicorn's keep-alive timeout: blank lines dripped after an answer held the connection."""
+    conn = socket.create_connection(server)
+    conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    conn.settimeout(10)
+    answer = b""
+    while not answer.endswith(b"0\r\n\r\n"):
+        answer += conn.recv(4096)
+    stop = threading.Event()
+    thread = threading.Thread(target=drip, args=(conn, b"\r\n" * 200, 0.05, stop))
+    thread.start()
+    took = closed_by_server(conn, 10 * TIMEOUT)
+    stop.set()
+    thread.join(5)
+    conn.close()
+    assert took is not None, "the server kept a connection dripping blank lines open"
+    assert took <= TIMEOUT + 5
+    assert answered(server)
