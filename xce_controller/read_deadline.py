@@ -122,10 +122,10 @@ class _Timer:
 class TimedH11(H11Protocol):
     """h11: a request is read once h11 says the client's side of the cycle is done."""
 
-    read_timeout = DEFAULT_READ_TIMEOUT
+    read_timeout: Callable[[], float] = staticmethod(lambda: DEFAULT_READ_TIMEOUT)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._read_timer = _Timer(self.read_timeout, self._reading_paused)
+        self._read_timer = _Timer(self.read_timeout(), self._reading_paused)
         super().connection_made(transport)
         self._read_timer.arm(self.loop, transport, self.client)
 
@@ -154,10 +154,10 @@ def _httptools() -> type[asyncio.Protocol] | None:
     class TimedHttpTools(HttpToolsProtocol):
         """httptools: a request starts at any byte and is read at its message end."""
 
-        read_timeout = DEFAULT_READ_TIMEOUT
+        read_timeout: Callable[[], float] = staticmethod(lambda: DEFAULT_READ_TIMEOUT)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            self._read_timer = _Timer(self.read_timeout, self._reading_paused)
+            self._read_timer = _Timer(self.read_timeout(), self._reading_paused)
             super().connection_made(transport)
             self._read_timer.arm(self.loop, transport, self.client)
 
@@ -186,11 +186,15 @@ def _httptools() -> type[asyncio.Protocol] | None:
     return TimedHttpTools
 
 
-def protocol(timeout: float, implementation: str = "auto") -> type[asyncio.Protocol]:
-    """The HTTP protocol class for uvicorn.Config(http=...), with this read deadline."""
+def protocol(
+    timeout: float | Callable[[], float], implementation: str = "auto"
+) -> type[asyncio.Protocol]:
+    """The HTTP protocol class for uvicorn.Config(http=...), with this read deadline: a number,
+    or where to read it when a connection opens (a reloaded config applies to new ones)."""
     base: type[asyncio.Protocol] | None = None
     if implementation in ("auto", "httptools"):
         base = _httptools()
     if base is None:
         base = TimedH11
-    return type(f"{base.__name__}{int(timeout * 1000)}ms", (base,), {"read_timeout": timeout})
+    timeout_of = timeout if callable(timeout) else lambda: timeout
+    return type(base.__name__, (base,), {"read_timeout": staticmethod(timeout_of)})

@@ -116,7 +116,8 @@ def make_server(
         "timeout_keep_alive": 120,
         "backlog": 1024,
         # A request must arrive within limits.request_read_timeout (read_deadline.py).
-        "http": read_deadline.protocol(cfg.request_read_timeout),
+        # Read when a connection opens, so a reloaded config applies to the new ones.
+        "http": read_deadline.protocol(lambda: controller.cfg.request_read_timeout),
     }
     # Long-polls would hold a graceful shutdown for their whole timeout. Debian 12's uvicorn
     # 0.17 has no such bound: there a stop waits for the open long-polls (30 s at most).

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import uvicorn
 
 from tests.integration.controller_proc import ControllerProcess
 from xce_controller import read_deadline
+from xce_controller.config import load_cluster_config
+from xce_controller.server import EmbeddedController
 
 TIMEOUT = 1.0
 
@@ -256,3 +259,20 @@ def test_blank_lines_dripped_between_requests_lose_the_connection(
     assert took is not None, "the server kept a connection dripping blank lines open"
     assert took <= TIMEOUT + 5
     assert answered(server)
+
+
+def test_a_reloaded_read_timeout_applies_to_new_connections(tmp_path: Path) -> None:
+    """SIGHUP reloads the config and says so: the read timeout is part of it."""
+    (tmp_path / "cluster.yaml").write_text(CONFIG.replace("request_read_timeout: 1s", ""))
+    cfg = load_cluster_config(tmp_path / "cluster.yaml")
+    assert cfg.request_read_timeout == 30.0
+    ctl = EmbeddedController(cfg, tmp_path / "c.db").start()
+    try:
+        assert ctl.controller.reload_config(lambda: replace(cfg, request_read_timeout=1.0)) == []
+        conn = socket.create_connection(("127.0.0.1", ctl.port))
+        took = closed_by_server(conn, 10)
+        conn.close()
+        assert took is not None, "a new connection still had the read timeout of the start"
+        assert requests.get(ctl.url + "/v1/info", timeout=10).status_code == 200
+    finally:
+        ctl.stop()
