@@ -96,7 +96,7 @@ def create_app(ctl: Controller) -> FastAPI:
 
     app.state.controller = ctl
     observe_api.install(app, ctl, viewer)
-    app.add_middleware(BodyLimit, limit=ctl.cfg.max_request_body, protocol=PROTOCOL)
+    app.add_middleware(BodyLimit, limit=lambda: ctl.cfg.max_request_body, protocol=PROTOCOL)
 
     install_errors(app)
 

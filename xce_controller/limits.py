@@ -29,7 +29,9 @@ class TooLarge(HTTPException):
 
 
 class BodyLimit:
-    def __init__(self, app: App, limit: int, protocol: str) -> None:
+    """`limit` is read for each request: a reloaded config applies at once."""
+
+    def __init__(self, app: App, limit: Callable[[], int], protocol: str) -> None:
         self.app = app
         self.limit = limit
         self.protocol = protocol
@@ -38,9 +40,10 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.limit()
         announced = _content_length(scope)
-        if announced is not None and announced > self.limit:
-            await self._refuse(send, f"request body of {announced} bytes")
+        if announced is not None and announced > limit:
+            await self._refuse(send, f"request body of {announced} bytes", limit)
             return
         seen = 0
         started = False
@@ -50,8 +53,8 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise TooLarge(self.limit)
+                if seen > limit:
+                    raise TooLarge(limit)
             return message
 
         async def watched(message: Message) -> None:
@@ -63,13 +66,13 @@ class BodyLimit:
             await self.app(scope, counted, watched)
         except TooLarge:
             if not started:
-                await self._refuse(send, f"request body of more than {self.limit} bytes")
+                await self._refuse(send, f"request body of more than {limit} bytes", limit)
 
-    async def _refuse(self, send: Send, what: str) -> None:
+    async def _refuse(self, send: Send, what: str, limit: int) -> None:
         body = json.dumps(
             {
                 "error": "too_large",
-                "message": f"{what}: the limit is {self.limit} bytes",
+                "message": f"{what}: the limit is {limit} bytes",
                 "protocol": self.protocol,
             }
         ).encode()

@@ -276,3 +276,21 @@ def test_a_reloaded_read_timeout_applies_to_new_connections(tmp_path: Path) -> N
         assert requests.get(ctl.url + "/v1/info", timeout=10).status_code == 200
     finally:
         ctl.stop()
+
+
+def test_a_reloaded_body_limit_applies(tmp_path: Path) -> None:
+    """The other limit a reload must not leave at its value of the start."""
+    (tmp_path / "cluster.yaml").write_text(CONFIG.replace("request_read_timeout: 1s", ""))
+    cfg = load_cluster_config(tmp_path / "cluster.yaml")
+    ctl = EmbeddedController(cfg, tmp_path / "c.db").start()
+    try:
+        body = {"host": "n1", "pad": "x" * 3000}
+        join = {"Authorization": f"Bearer {ctl.join_token}"}
+        url = ctl.url + "/v1/join"
+        assert requests.post(url, json=body, headers=join, timeout=10).status_code != 413
+        assert ctl.controller.reload_config(lambda: replace(cfg, max_request_body=1024)) == []
+        answer = requests.post(url, json=body, headers=join, timeout=10)
+        assert answer.status_code == 413, answer.text
+        assert "the limit is 1024 bytes" in answer.json()["message"]
+    finally:
+        ctl.stop()
