@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from xce_protocol.atomic_file import write_atomic
 from xce_protocol.validation import Checker, describe, join_path
@@ -109,26 +110,51 @@ def step(watch: Watch, event: Event, now: float) -> tuple[Watch, tuple[Action, .
 # --- the record on disk -------------------------------------------------------------------
 
 
-def load(directory: Path, instance_id: str, now: float) -> JoinRecord:
-    """This instance's record; a fresh one (saved) for a new instance or a missing file."""
+def load(directory: Path, instance_id: str, now: float, joined_before: bool = False) -> JoinRecord:
+    """This instance's record; a fresh one (saved) for a new instance or a missing file.
+
+    `joined_before`: the state directory holds a credential the controller issued to this
+    instance (it joined before this record existed, or the record was lost): a host that
+    joined once never gives itself up. A first start in the future (a wall clock stepped
+    back since) counts from now, or the deadline could be put off without bound.
+    """
     path = directory / RECORD_FILE
     try:
-        data = json.loads(path.read_text())
-        record = JoinRecord(
-            str(data["instance_id"]),
-            float(data["first_start"]),
-            bool(data["joined"]),
-            None if data.get("gave_up_at") is None else float(data["gave_up_at"]),
-        )
+        record: JoinRecord | None = _parse(json.loads(path.read_text()))
     except FileNotFoundError:
         record = None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("%s unreadable (%s): the join deadline counts from now", path, exc)
         record = None
-    if record is None or record.instance_id != instance_id:
+    fresh = record is None or record.instance_id != instance_id
+    if record is None or fresh:
         record = JoinRecord(instance_id, now)
+    if record.first_start > now:
+        log.warning("%s: first start is in the future: the join deadline counts from now", path)
+        record, fresh = replace(record, first_start=now), True
+    if joined_before and not record.joined:
+        record, fresh = replace(record, joined=True), True
+    if fresh:
         save(directory, record)
     return record
+
+
+def _parse(data: Any) -> JoinRecord:
+    joined, gave_up = data["joined"], data.get("gave_up_at")
+    if not isinstance(joined, bool):
+        raise TypeError(f"joined is {describe(joined)}, not true or false")
+    return JoinRecord(
+        str(data["instance_id"]),
+        _time(data["first_start"]),
+        joined,
+        None if gave_up is None else _time(gave_up),
+    )
+
+
+def _time(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"a time is {describe(value)}, not a finite number")
+    return float(value)
 
 
 def save(directory: Path, record: JoinRecord) -> None:

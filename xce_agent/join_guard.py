@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from xce_agent import join_deadline as jd
 from xce_agent.config import AgentConfig
+from xce_agent.credential import CredentialStore
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_protocol.reasons import Reason
 
@@ -49,7 +50,9 @@ class JoinGuard:
         inst = self.config.instance
         if inst.join_deadline is None or self.config.controller is None:
             return
-        self.record = jd.load(self.config.state_directory, inst.id, time.time())
+        held = CredentialStore(self.config.state_directory).peek()
+        joined_before = held is not None and held.instance_id == inst.id
+        self.record = jd.load(self.config.state_directory, inst.id, time.time(), joined_before)
         self.watch = jd.watch_of(self.record, inst.join_deadline)
         due = jd.next_due(self.watch)
         if due is not None:

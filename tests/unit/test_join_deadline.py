@@ -45,6 +45,43 @@ def test_the_record_survives_restarts_and_a_new_instance_starts_afresh(tmp_path:
     assert json.loads((tmp_path / jd.RECORD_FILE).read_text())["first_start"] == 5000.0
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"instance_id": "i-1", "first_start": NaN, "joined": false}',
+        '{"instance_id": "i-1", "first_start": -Infinity, "joined": false}',
+        '{"instance_id": "i-1", "first_start": true, "joined": false}',
+        '{"instance_id": "i-1", "first_start": 10.0, "joined": false, "gave_up_at": NaN}',
+        '{"instance_id": "i-1", "first_start": 10.0, "joined": "false"}',
+    ],
+)
+def test_a_record_that_is_not_a_time_counts_from_now(tmp_path: Path, text: str) -> None:
+    # NaN or -inf read as a deadline long past (the action at once at boot); "false" read
+    # as joined (never).
+    (tmp_path / jd.RECORD_FILE).write_text(text)
+    assert jd.load(tmp_path, "i-1", 5000.0) == jd.JoinRecord("i-1", 5000.0)
+
+
+def test_a_first_start_in_the_future_counts_from_now(tmp_path: Path) -> None:
+    # The wall clock was ahead at the first start and stepped back since: the deadline is
+    # not put off by that much (1e308 put it off for ever).
+    for future in (5000.0 + 3600, 1e308):
+        jd.save(tmp_path, jd.JoinRecord("i-1", future))
+        assert jd.load(tmp_path, "i-1", 5000.0) == jd.JoinRecord("i-1", 5000.0)
+        assert json.loads((tmp_path / jd.RECORD_FILE).read_text())["first_start"] == 5000.0
+
+
+def test_a_host_that_joined_before_its_record_existed_never_gives_up(tmp_path: Path) -> None:
+    # The record was lost, or join_deadline was set on a host that had joined long before:
+    # its credential says it joined, so a controller away for a while does not power it off.
+    assert jd.load(tmp_path, "i-1", 1000.0, joined_before=True).joined
+    assert jd.load(tmp_path, "i-1", 2000.0).joined  # kept
+    jd.save(tmp_path, jd.JoinRecord("i-1", 1000.0))
+    record = jd.load(tmp_path, "i-1", 3000.0, joined_before=True)
+    assert record == jd.JoinRecord("i-1", 1000.0, joined=True)
+    assert jd.next_due(jd.watch_of(record, 60.0)) is None
+
+
 def config(tmp_path: Path, instance: str, controller: bool = True) -> Path:
     head = "controller: {url: 'http://127.0.0.1:1', token: t}\n" if controller else ""
     path = tmp_path / "agent.yaml"
