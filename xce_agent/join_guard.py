@@ -9,7 +9,6 @@ keeps trying to join meanwhile (an action that is not a poweroff leaves it runni
 from __future__ import annotations
 
 import logging
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -18,12 +17,11 @@ from dataclasses import replace
 from xce_agent import join_deadline as jd
 from xce_agent.config import AgentConfig
 from xce_agent.credential import CredentialStore
+from xce_agent.join_action import ActionRun
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
-
-ACTION_TIMEOUT = 120.0  # seconds a command action may run
 
 
 class JoinGuard:
@@ -33,13 +31,13 @@ class JoinGuard:
         reactor: Reactor,
         why: Callable[[], str],
         host: str,
-        run: Callable[[tuple[str, ...]], str] | None = None,
+        run: ActionRun | None = None,
     ) -> None:
         self.config = config
         self.reactor = reactor
         self.why = why  # the last refusal or failure, as the agent's state says
         self.host = host
-        self.run = run or _run
+        self.run = run or ActionRun()
         self.record: jd.JoinRecord | None = None
         self.watch = jd.Watch(None)
         self._timer: TimerHandle | None = None
@@ -72,6 +70,11 @@ class JoinGuard:
         self._post(jd.Accepted())
 
     def close(self) -> None:
+        """The agent stops: no timer, and an action still running goes with it."""
+        self._cancel()
+        self.run.close()
+
+    def _cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
 
@@ -85,7 +88,7 @@ class JoinGuard:
         for action in actions:
             if isinstance(action, jd.Remember):
                 self._keep(replace(self.record, joined=True))
-                self.close()
+                self._cancel()
             else:
                 self._keep(replace(self.record, gave_up_at=time.time()))
                 self._give_up(action.why)
@@ -130,12 +133,3 @@ class JoinGuard:
         finally:
             client.close()
         return f"told the controller: {answer.outcome.value} {answer.detail}".strip()
-
-
-def _run(argv: tuple[str, ...]) -> str:
-    try:
-        done = subprocess.run(argv, check=False, timeout=ACTION_TIMEOUT, capture_output=True)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"{argv[0]} failed: {exc}"
-    tail = (done.stderr or done.stdout).decode(errors="replace").strip()[-200:]
-    return f"{' '.join(argv)} exited with {done.returncode}" + (f": {tail}" if tail else "")
