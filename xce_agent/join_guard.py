@@ -1,7 +1,8 @@
 """The join deadline on a running agent: the timer, the record on disk, the action.
 
 Drives the machine of join_deadline.py with the reactor's timers and the wall clock (the
-deadline spans agent restarts and reboots, so it is a wall-clock time kept on disk). Giving
+deadline spans agent restarts and reboots, so it is a wall-clock time kept on disk), read
+once at start and moved on by the monotonic clock within a run. Giving
 up runs on a thread: telling the controller and the action may take a while, and the agent
 keeps trying to join meanwhile (an action that is not a poweroff leaves it running).
 """
@@ -13,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from xce_agent import join_deadline as jd
 from xce_agent.config import AgentConfig
@@ -24,6 +26,14 @@ from xce_protocol.reasons import Reason
 log = logging.getLogger(__name__)
 
 
+class Runner(Protocol):
+    """Runs the action (join_action.ActionRun; a recorder in tests)."""
+
+    def __call__(self, argv: tuple[str, ...]) -> str: ...
+
+    def close(self) -> None: ...
+
+
 class JoinGuard:
     def __init__(
         self,
@@ -31,13 +41,16 @@ class JoinGuard:
         reactor: Reactor,
         why: Callable[[], str],
         host: str,
-        run: ActionRun | None = None,
+        run: Runner | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.reactor = reactor
         self.why = why  # the last refusal or failure, as the agent's state says
         self.host = host
-        self.run = run or ActionRun()
+        self.run: Runner = run or ActionRun()
+        self.wall = wall
+        self._anchor = (0.0, 0.0)  # (wall, monotonic) at start: see now()
         self.record: jd.JoinRecord | None = None
         self.watch = jd.Watch(None)
         self._timer: TimerHandle | None = None
@@ -48,16 +61,25 @@ class JoinGuard:
         inst = self.config.instance
         if inst.join_deadline is None or self.config.controller is None:
             return
+        self._anchor = (self.wall(), self.reactor.clock.monotonic())
         held = CredentialStore(self.config.state_directory).peek()
         joined_before = held is not None and held.instance_id == inst.id
-        self.record = jd.load(self.config.state_directory, inst.id, time.time(), joined_before)
+        self.record = jd.load(self.config.state_directory, inst.id, self.now(), joined_before)
         self.watch = jd.watch_of(self.record, inst.join_deadline)
         due = jd.next_due(self.watch)
         if due is not None:
-            left = max(0.0, due - time.time())
+            left = max(0.0, due - self.now())
             log.info("join deadline in %.0fs unless the controller accepts this host", left)
             self._timer = self.reactor.call_later(left, self._due)
         self.on_change()
+
+    def now(self) -> float:
+        """The wall clock read at start, moved on by the monotonic clock: the deadline spans
+        reboots so it is a wall-clock time, but within a run a clock stepped back (or
+        forward) must not put it off (the timer fired and found it not yet due) or bring it
+        forward."""
+        wall, mono = self._anchor
+        return wall + (self.reactor.clock.monotonic() - mono)
 
     def metrics(self) -> tuple[float | None, bool | None]:
         """(the deadline while it is pending, whether the agent gave up); (None, None)
@@ -84,13 +106,13 @@ class JoinGuard:
     def _post(self, event: jd.Event) -> None:
         if self.record is None:
             return
-        self.watch, actions = jd.step(self.watch, event, time.time())
+        self.watch, actions = jd.step(self.watch, event, self.now())
         for action in actions:
             if isinstance(action, jd.Remember):
                 self._keep(replace(self.record, joined=True))
                 self._cancel()
             else:
-                self._keep(replace(self.record, gave_up_at=time.time()))
+                self._keep(replace(self.record, gave_up_at=self.now()))
                 self._give_up(action.why)
 
     def _keep(self, record: jd.JoinRecord) -> None:
