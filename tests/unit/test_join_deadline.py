@@ -132,3 +132,26 @@ def test_render_user_data_offers_it() -> None:
         yaml.safe_load(render(UserData("https://c")))["write_files"][0]["content"]
     )
     assert "join_deadline" not in plain["instance"]
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--join-deadline", "200h"], "--join-deadline"),  # the agent refuses above 168h
+        (["--join-deadline", "4s"], "--join-deadline"),
+        (["--join-deadline", "15m", "--on-join-timeout", ""], "--on-join-timeout"),  # was []
+        (["--join-deadline", "15m", "--on-join-timeout", '"open'], "--on-join-timeout"),
+        (["--worker-command", "/usr/sbin/xce-worker 'open"], "--worker-command"),
+    ],
+)
+def test_render_user_data_refuses_what_the_agent_would_in_one_line(
+    args: list[str], option: str
+) -> None:
+    # An unclosed quote was a traceback (shlex's ValueError); 200h and an empty command were
+    # written, and the instance's agent then refused its config at boot.
+    from tests.unit.test_error_exits import _one_line, _runner
+    from xce_agent.cli import main
+
+    result = _runner().invoke(main, ["render-user-data", "--controller-url", "https://c", *args])
+    assert result.exit_code == 2
+    assert _one_line(result, "xce-agent").startswith(f"xce-agent: {option}: expected")
