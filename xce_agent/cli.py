@@ -213,9 +213,8 @@ def demo() -> None:
 )
 @click.option(
     "--on-join-timeout",
-    default="poweroff",
-    show_default=True,
-    help="At the join deadline: poweroff, none, or a command line.",
+    default=None,
+    help="At the join deadline: poweroff (the default), none, or a command line.",
 )
 def render_user_data(
     controller_url: str,
@@ -230,7 +229,7 @@ def render_user_data(
     cloud_notices: str,
     plain_http: bool,
     join_deadline: str,
-    on_join_timeout: str,
+    on_join_timeout: str | None,
 ) -> None:
     """Print cloud-init user-data that installs the config and starts the agent."""
     from xce_agent.userdata import UserData, render
@@ -253,7 +252,10 @@ def render_user_data(
             "--join-deadline: expected a duration from 5s to 168h (like 15m), "
             f"got {join_deadline!r}"
         )
-    action = on_join_timeout.strip()
+    if on_join_timeout is not None and not join_deadline:
+        # The agent refuses the key alone too: an action that can never run is a mistake.
+        raise UsageError("--on-join-timeout: expected --join-deadline beside it (when to act)")
+    action = "poweroff" if on_join_timeout is None else on_join_timeout.strip()
     if action not in ("poweroff", "none"):
         command = _words("--on-join-timeout", action, "poweroff, none or a command line")
     data = UserData(

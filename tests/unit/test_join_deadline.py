@@ -142,6 +142,7 @@ def test_render_user_data_offers_it() -> None:
         (["--join-deadline", "15m", "--on-join-timeout", ""], "--on-join-timeout"),  # was []
         (["--join-deadline", "15m", "--on-join-timeout", '"open'], "--on-join-timeout"),
         (["--worker-command", "/usr/sbin/xce-worker 'open"], "--worker-command"),
+        (["--on-join-timeout", "none"], "--on-join-timeout"),  # was dropped: no deadline
     ],
 )
 def test_render_user_data_refuses_what_the_agent_would_in_one_line(
