@@ -113,3 +113,13 @@ def test_an_admin_close_that_names_the_crash_loop_is_still_the_admins() -> None:
     heartbeat(w, key, report("running"))
     assert w.state(key) is HostState.CLOSED
     assert w.cluster.hosts[key].history[-1].by == "admin"
+
+
+def test_an_admin_who_opens_a_host_whose_worker_is_still_fatal_sees_it_closed_again() -> None:
+    w, key = joined()
+    heartbeat(w, key, report("fatal"))
+    w.commit(lc.control(w.cluster, w.cfg, w.now, "admin", w.cluster.hosts[key], AdminAction.OPEN))
+    assert w.state(key) is HostState.OPEN
+    heartbeat(w, key, report("fatal"))
+    assert w.state(key) is HostState.CLOSED
+    assert w.cluster.hosts[key].history[-1].code == "worker_fatal_closed"
