@@ -72,9 +72,11 @@ def _read(proc: subprocess.Popen[bytes], fd: int, deadline: float) -> bytes:
     """The last KEEP bytes of its output, read until its end, the command's exit (a child
     it left may hold the pipe open) or the deadline."""
     kept = b""
+    poller = select.poll()  # not select(): the agent may hold more than 1024 descriptors
+    poller.register(fd, select.POLLIN)
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], min(0.5, max(0.0, deadline - time.monotonic())))
-        if not ready:
+        wait = min(0.5, max(0.0, deadline - time.monotonic()))
+        if not poller.poll(wait * 1000):
             if proc.poll() is not None:
                 break
             continue
