@@ -127,7 +127,7 @@ def load(directory: Path, instance_id: str, now: float, joined_before: bool = Fa
         log.warning("%s unreadable (%s): the join deadline counts from now", path, exc)
         record = None
     fresh = record is None or record.instance_id != instance_id
-    if record is None or fresh:
+    if record is None or record.instance_id != instance_id:
         record = JoinRecord(instance_id, now)
     if record.first_start > now:
         log.warning("%s: first start is in the future: the join deadline counts from now", path)

@@ -2,9 +2,9 @@
 
 Drives the machine of join_deadline.py with the reactor's timers and the wall clock (the
 deadline spans agent restarts and reboots, so it is a wall-clock time kept on disk), read
-once at start and moved on by the monotonic clock within a run. Giving
-up runs on a thread: telling the controller and the action may take a while, and the agent
-keeps trying to join meanwhile (an action that is not a poweroff leaves it running).
+once at start and moved on by the monotonic clock within a run. Giving up runs on a thread:
+telling the controller and the action may take a while, and the agent keeps trying to join
+meanwhile (an action that is not a poweroff leaves it running).
 """
 
 from __future__ import annotations
