@@ -26,6 +26,8 @@ def gave_up(
         raise Refused("unauthorized", 401, f"{who}: join token missing or wrong")
     if record.state not in WAITING or record.incarnation > 0:
         raise Refused("conflict", 409, f"{who}: its record is {record.state.value}, not waiting")
+    if record.history and record.history[-1].code == Reason.JOIN_GAVE_UP:
+        return record, []  # said before: each repeat added a fact, without bound
     why = f"agent gave up joining: {reason}" if reason else "agent gave up joining"
     code = Reason.JOIN_GAVE_UP
     overdue = fact("state", now, CONTROLLER, key=record.key, state="overdue", why=why, code=code)
