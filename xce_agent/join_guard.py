@@ -20,6 +20,7 @@ from xce_agent import join_deadline as jd
 from xce_agent.config import AgentConfig
 from xce_agent.credential import CredentialStore
 from xce_agent.join_action import ActionRun
+from xce_agent.supervision.boot import kernel_boot_id
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_protocol.reasons import Reason
 
@@ -43,6 +44,7 @@ class JoinGuard:
         host: str,
         run: Runner | None = None,
         wall: Callable[[], float] = time.time,
+        boot_id: Callable[[], str] = kernel_boot_id,
     ) -> None:
         self.config = config
         self.reactor = reactor
@@ -50,6 +52,7 @@ class JoinGuard:
         self.host = host
         self.run: Runner = run or ActionRun()
         self.wall = wall
+        self.boot_id = boot_id  # the kernel's: its monotonic clock is the one of this boot
         self._anchor = (0.0, 0.0)  # (wall, monotonic) at start: see now()
         self.record: jd.JoinRecord | None = None
         self.watch = jd.Watch(None)
@@ -64,7 +67,9 @@ class JoinGuard:
         self._anchor = (self.wall(), self.reactor.clock.monotonic())
         held = CredentialStore(self.config.state_directory).peek()
         joined_before = held is not None and held.instance_id == inst.id
-        self.record = jd.load(self.config.state_directory, inst.id, self.now(), joined_before)
+        kernel = self.boot_id()
+        boot = (kernel, self.reactor.clock.monotonic()) if kernel else None
+        self.record = jd.load(self.config.state_directory, inst.id, self.now(), joined_before, boot)
         self.watch = jd.watch_of(self.record, inst.join_deadline)
         due = jd.next_due(self.watch)
         if due is not None:

@@ -82,6 +82,25 @@ def test_a_host_that_joined_before_its_record_existed_never_gives_up(tmp_path: P
     assert jd.next_due(jd.watch_of(record, 60.0)) is None
 
 
+def test_within_the_boot_of_the_first_start_the_monotonic_clock_counts(tmp_path: Path) -> None:
+    # First start with the wall clock an hour behind (no RTC, before chrony); it is corrected,
+    # and the agent restarts 10 s later: the record said an hour had passed, so it gave up
+    # at once. In the same boot the monotonic clock tells; from another boot the wall clock.
+    first = jd.load(tmp_path, "i-1", 1000.0, boot=("b1", 50.0))
+    assert (first.first_start, first.boot_id, first.first_mono) == (1000.0, "b1", 50.0)
+    restarted = jd.load(tmp_path, "i-1", 1000.0 + 3600 + 10, boot=("b1", 60.0))
+    assert restarted.first_start == 1000.0 + 3600  # 10 s before now, as the clock now reads
+    assert jd.next_due(jd.watch_of(restarted, 60.0)) == 1000.0 + 3600 + 60
+    again = jd.load(tmp_path, "i-1", 1000.0 + 3600 + 20, boot=("b1", 70.0))
+    assert again.first_start == restarted.first_start  # stable across restarts of that boot
+    rebooted = jd.load(tmp_path, "i-1", 9000.0, boot=("b2", 5.0))
+    assert rebooted.first_start == 1000.0 + 3600 and rebooted.boot_id == "b2"
+    assert rebooted.first_mono == 5.0 - (9000.0 - 4600.0)
+    (tmp_path / "other").mkdir()
+    unknown = jd.load(tmp_path / "other", "i-1", 1000.0, boot=None)  # no boot id readable
+    assert unknown.boot_id == "" and unknown.first_mono is None
+
+
 def config(tmp_path: Path, instance: str, controller: bool = True) -> Path:
     head = "controller: {url: 'http://127.0.0.1:1', token: t}\n" if controller else ""
     path = tmp_path / "agent.yaml"
