@@ -268,6 +268,7 @@ class Singletons:
         os.set_blocking(write, False)
         lease.pipe = (read, write)
         env = {fence.FD_ENV: str(read), fence.NAME_ENV: lease.terms.lease}
+        env[fence.AGENT_ENV] = str(os.getpid())
         self.components.set_env(lease.name, env, (read,))
         self._tell_fence(lease, token, valid_until)
 
