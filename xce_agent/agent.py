@@ -143,7 +143,7 @@ class Agent:
             ),
         )
         self.supervisor.gate = self.singletons
-        self.singletons.on_change = self._update_metrics
+        self.singletons.on_change = self._singletons_changed
         self.join_guard = JoinGuard(
             config, self.reactor, lambda: self.state.membership.detail, self.host
         )
@@ -220,6 +220,7 @@ class Agent:
             instance_id=self.config.instance.id,
             roles=self.config.roles,
             notices=(),  # the watcher reads every item again
+            singletons=self.singletons.status(),
         )
         self._save()
 
@@ -506,6 +507,10 @@ class Agent:
         worker = spec is not None and spec.role in ms.JOIN_FIRST_ROLES
         if cstate.phase is m.Phase.FATAL and worker and self.link is not None:
             self.link.report_now()  # the controller closes the host at once
+
+    def _singletons_changed(self) -> None:
+        self.state = replace(self.state, singletons=self.singletons.status())
+        self._save()  # and the metrics
 
     def _decommission_exit(self, name: str, code: int) -> None:
         log.warning("%s exited with code %d (rejoin refused): asking the controller", name, code)

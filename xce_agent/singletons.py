@@ -24,11 +24,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from xce_agent import fence
 from xce_agent import lease_holder as lh
 from xce_agent.metrics_leases import LeaseCounts, SingletonSample, count
+from xce_agent.singleton_holds import SingletonHold
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_agent.supervision.spec import ComponentSpec
@@ -143,17 +144,19 @@ class Singletons:
         """A lease is still to be given back (a graceful stop waits for it)."""
         return any(le.state.phase is lh.Phase.RELEASING for le in self.leases.values())
 
-    def status(self) -> dict[str, dict[str, Any]]:
-        return {
-            name: {
-                "lease": le.terms.lease,
-                "phase": le.state.phase.value,
-                "token": le.state.token,
-                "detail": le.state.detail,
-                "code": le.state.code,
-            }
+    def status(self) -> tuple[SingletonHold, ...]:
+        """Each singleton's hold, for `xce-agent status`."""
+        return tuple(
+            SingletonHold(
+                name,
+                le.terms.lease,
+                le.state.phase.value,
+                le.state.token,
+                le.state.detail,
+                le.state.code,
+            )
             for name, le in self.leases.items()
-        }
+        )
 
     def samples(self) -> tuple[SingletonSample, ...]:
         return tuple(

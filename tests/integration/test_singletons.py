@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,24 @@ def test_one_host_runs_it_and_a_graceful_stop_hands_it_over(cluster: LeaseCluste
     assert running(cluster) == [holder]
     spans = intervals(cluster.records)["lease-0"]
     assert [(s.host, s.token) for s in spans] == [(holder, 1)]
+    # `status` says who holds it: this host with its token, or another host.
+    shown = cluster.agent(holder).cli("status")
+    assert "  lease: lease-0: held by this host, token 1 [lease_granted]" in shown.stdout
+    other = next(a for a in cluster.agents if a.name != holder)
+    shown = other.cli("status")
+    assert "  lease: lease-0: waiting for it (no grant yet): HTTP 409 lease_held" in shown.stdout
+    assert f"held by {holder} (token 1)" in shown.stdout
+    held = json.loads(cluster.agent(holder).cli("status", "--json").stdout)["singletons"]
+    assert held == [
+        {
+            "component": "lease-0",
+            "lease": "lease-0",
+            "phase": "holding",
+            "token": 1,
+            "detail": "held with token 1",
+            "code": "lease_granted",
+        }
+    ]
     stopped_at = time.monotonic()
     cluster.agent(holder).graceful_stop()
     wait_for(lambda: len(intervals(cluster.records)["lease-0"]) == 2, 30)
