@@ -71,13 +71,15 @@ class LeaseDesk:
                 for watcher in self.watchers:
                     watcher.expired(lease)
 
-    def acquire(self, name: str, host: str, session: str, ttl: float) -> leases.Lease:
+    def acquire(
+        self, name: str, host: str, session: str, ttl: float, key: str = ""
+    ) -> leases.Lease:
         _check_name(name)
-        return self._step(leases.Acquire(name, host, session, ttl, self.wall()))
+        return self._step(leases.Acquire(name, host, session, ttl, self.wall(), key))
 
-    def release(self, name: str, host: str, session: str) -> leases.Lease:
+    def release(self, name: str, host: str, session: str, key: str = "") -> leases.Lease:
         _check_name(name)
-        return self._step(leases.Release(name, host, session, self.wall()))
+        return self._step(leases.Release(name, host, session, self.wall(), key))
 
     def describe(self, lease: leases.Lease) -> dict[str, Any]:
         """A lease as the API shows it: expiry as seconds from now and as a wall time."""

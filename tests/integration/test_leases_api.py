@@ -233,3 +233,36 @@ def events(ctl: ControllerProcess) -> list[dict[str, Any]]:
     r = requests.get(ctl.url + "/v1/events", headers=ADMIN, timeout=10)
     assert r.status_code == 200, r.text
     return [json.loads(line) for line in r.text.splitlines() if line]
+
+
+def test_why_tells_each_hosts_grants_releases_and_losses(ctl: ControllerProcess) -> None:
+    a, b = join(ctl, "a"), join(ctl, "b")
+    assert take(ctl, a, "a").json()["token"] == 1
+    assert wait_for("b takes over", lambda: take(ctl, b, "b")).json()["token"] == 2
+    assert give_back(ctl, b, "b").status_code == 200
+
+    def why(name: str) -> str:
+        cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", ctl.url]
+        return subprocess.run(
+            [*cli, "--token", "adm1n", "why", name],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+
+    told_a, told_b = why("a"), why("B")
+    assert "lease prov granted, token 1 [lease_granted]" in told_a
+    assert "lease prov lost: its grant ran out and b got it, token 2 [lease_taken_over]" in told_a
+    assert "given back" not in told_a
+    assert (
+        "lease prov granted, token 2, taken over from a (its grant had run out)"
+        " [lease_taken_over]" in told_b
+    )
+    assert "lease prov given back, token 2 [lease_released]" in told_b
+    assert "token 1" not in told_b
+    # The events stream filtered by host carries the same facts.
+    r = requests.get(ctl.url + "/v1/events", params={"host": "a"}, headers=ADMIN, timeout=10)
+    kinds = [(e["kind"], e["data"]["token"]) for e in map(json.loads, r.text.splitlines())
+             if e["kind"].startswith("lease_")]  # fmt: skip
+    assert kinds == [(leases.GRANTED, 1), (leases.GRANTED, 2)]
