@@ -382,6 +382,8 @@ class Agent:
             self._log_standing(before, after)
             self.state = replace(self.state, membership=after)
             self._save()
+        if after.decommissioned:
+            self.singletons.bar(f"host decommissioned ({after.detail})")
         if after.standing is ms.Standing.CONNECTED:
             self.join_guard.accepted()  # accepted once: the join deadline no longer applies
         if isinstance(event, ms.ConfirmedActive) and actions:

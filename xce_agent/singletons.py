@@ -96,6 +96,7 @@ class Singletons:
         self.leases: dict[str, _Lease] = {}
         self._queue: deque[tuple[str, lh.Event]] = deque()
         self._draining = False
+        self.barred = ""  # why no lease can be held here any more (the host was decommissioned)
         self.on_change: Callable[[], None] = lambda: None  # what metrics show changed
         for spec in specs:
             if spec.singleton is not None:
@@ -110,7 +111,18 @@ class Singletons:
 
     # --- from the agent ---------------------------------------------------------------
     def want(self, name: str, reason: str) -> None:
-        self._post(name, lh.Want(reason))
+        if not self.barred:
+            self._post(name, lh.Want(reason))
+
+    def bar(self, reason: str) -> None:
+        """The host was decommissioned: no hold can be renewed, no lease granted again. Stop
+        every singleton now, not at its hold's deadline, and stop asking (each request was
+        refused, every ttl/3, for as long as the agent ran)."""
+        if self.barred:
+            return
+        self.barred = reason
+        for name in self.leases:
+            self._post(name, lh.Unwant(reason))
 
     def unwant(self, name: str, reason: str) -> None:
         self._post(name, lh.Unwant(reason))
@@ -137,6 +149,8 @@ class Singletons:
         lease = self.leases.get(name)
         if lease is None or lease.state.phase is lh.Phase.HOLDING:
             return ""
+        if self.barred:
+            return f"never starts here: {self.barred}"
         detail = f" (last answer: {lease.state.detail})" if lease.state.detail else ""
         return f"starts once this host holds lease {lease.terms.lease}{detail}"
 

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.integration.helpers import wait_for
 from tests.integration.lease_checker import intervals, violations
-from tests.integration.lease_cluster import LeaseCluster
+from tests.integration.lease_cluster import ADMIN, LeaseCluster
 
 
 @pytest.fixture
@@ -108,3 +109,40 @@ def test_operator_commands_go_through_the_lease(cluster: LeaseCluster) -> None:
     assert refused.returncode != 0 and "singleton components changed (lease-0)" in (
         refused.stdout + refused.stderr
     )
+
+
+def lease_refusals(c: LeaseCluster) -> float:
+    """Lease requests the controller refused as a decommissioned host's."""
+    series = (
+        'xce_controller_refusals_total{code="refused_decommissioned",endpoint="/v1/leases/{lease}"}'
+    )
+    for line in c.scrape().splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_decommissioned_holder_stops_its_singleton_at_once_and_asks_no_more(
+    cluster: LeaseCluster,
+) -> None:
+    holder = cluster.wait_all_held()["lease-0"]
+    wait_for(lambda: running(cluster) == [holder], 30)
+    agent = cluster.agent(holder)
+    r = requests.post(
+        f"{cluster.ctl.url}/v1/hosts/{holder}/decommission",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        json={},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    wait_for(lambda: "holding -> releasing (host decommissioned" in agent.log(), 30)
+    wait_for(lambda: running(cluster) and holder not in running(cluster), 30)
+    asked = lease_refusals(cluster)
+    assert asked >= 1  # its release, refused: the host is decommissioned
+    time.sleep(3 * cluster.ttl)  # it asked every ttl/3 before
+    assert lease_refusals(cluster) == asked
+    shown = agent.cli("status").stdout
+    assert "lease: lease-0: not asked for (token 1)" in shown
+    refused = agent.cli("start", "lease-0")
+    assert refused.returncode == 1 and "never starts" in refused.stderr
+    assert violations(intervals(cluster.records)["lease-0"]) == []
