@@ -9,7 +9,8 @@ renew in time), it sends the stop signal to the component's process group, and S
 the stop timeout is over. So the component is dead before its lease can expire at the
 controller even when the agent is not there to stop it. Where the agent started it in a cgroup
 of its own (cgroup containment), the fence stops that whole cgroup the same way: a process that
-left the group with setsid() is still the component's and dies with it.
+left the group with setsid() is still the component's and dies with it. The component dies
+with the fence too (PR_SET_PDEATHSIG): killing the fence does not unfence it.
 
 Otherwise it stays out of the way: the stop signal the supervisor sends to the group reaches
 the component directly, and the fence exits as the component did.
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from xce_agent.supervision.cgroups import cgroup2_mount
@@ -36,6 +39,7 @@ TOKEN_ENV = "XCE_LEASE_TOKEN"  # noqa: S105 - a variable name
 LEASE_ENV = "XCE_LEASE_NAME"
 FIRST_LINE_WAIT = 5.0  # the agent writes the deadline when it starts the fence
 EX_TEMPFAIL = 75
+PR_SET_PDEATHSIG = 1
 
 
 def line(token: int, deadline: float) -> bytes:
@@ -187,6 +191,23 @@ def supervise(
             deadlines.read()
 
 
+def _dies_with(fence: int) -> Callable[[], None] | None:
+    """What the component runs before its exec: it is killed if the fence is (kill -9, the
+    OOM killer), so a fence that is gone while the agent is stopped does not leave the
+    component running past its deadline. Runs between fork and exec: C calls only."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != fence:  # the fence died before the call took effect
+            os._exit(EX_TEMPFAIL)
+
+    return preexec
+
+
 def _mirror(status: int) -> int:
     """Exit as the component did: its code, or its signal."""
     if status < 0:
@@ -221,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     for signum in {args.stop_signal, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}:
         signal.signal(signum, lambda *_: None)
     env = {**os.environ, TOKEN_ENV: str(deadlines.token), LEASE_ENV: lease}
+    dies_with_fence = _dies_with(os.getpid())
     try:
-        child = subprocess.Popen(args.command, env=env)
+        # One thread here, and the hook makes C calls only.
+        child = subprocess.Popen(args.command, env=env, preexec_fn=dies_with_fence)  # noqa: PLW1509
     except OSError as exc:
         say(f"cannot start {args.command[0]}: {exc.strerror}")
         return 127

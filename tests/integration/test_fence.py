@@ -215,3 +215,15 @@ def test_in_the_components_cgroup_what_left_the_group_is_stopped_too(tmp_path: P
             (leaf / "cgroup.kill").write_text("1")
         wait_for(lambda: not (leaf / "cgroup.procs").read_text().split(), 5)
         leaf.rmdir()
+
+
+def test_a_killed_fence_takes_its_component_with_it(fenced: Fenced) -> None:
+    # The agent stopped (no one to stop the component) and the fence killed (kill -9, the
+    # OOM killer): the component must not run on past its deadline.
+    fenced.send(1, time.monotonic() + 600)
+    seen = fenced.seen()
+    component = int(seen["pid"])  # type: ignore[call-overload]
+    assert alive(component)
+    os.kill(fenced.proc.pid, signal.SIGKILL)
+    fenced.proc.wait(timeout=20)
+    wait_for(lambda: not alive(component), 5)
