@@ -9,6 +9,7 @@ unreleased, once, when a request, a listing or a scrape first finds it expired.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -17,6 +18,8 @@ from xce_controller import leases
 from xce_controller.lifecycle import Refused
 from xce_controller.model import Fact
 from xce_controller.store import Store
+
+log = logging.getLogger(__name__)
 
 
 class LeaseWatcher(Protocol):
@@ -36,7 +39,7 @@ class LeaseDesk:
         self.monotonic = monotonic
         self.wall = wall
         self.started = monotonic()
-        self.book = leases.restored((leases.from_row(row) for row in store.leases()), self.started)
+        self.book = leases.restored(stored(store).leases.values(), self.started)
         self.watchers: list[LeaseWatcher] = []
         self.on_commit: list[Callable[[list[Fact]], None]] = []  # stored facts (events stream)
         self._told: dict[str, int] = {}  # lease -> the token whose expiry watchers heard of
@@ -102,6 +105,18 @@ class LeaseDesk:
     def listing(self) -> list[dict[str, Any]]:
         self.notice_expiries()
         return [self.describe(self.book.leases[n]) for n in sorted(self.book.leases)]
+
+
+def stored(store: Store) -> leases.Book:
+    """The leases as stored; from the lease facts if a row cannot be read (a damaged
+    database), so that a fencing token is never handed out twice all the same."""
+    try:
+        return leases.Book({le.name: le for le in map(leases.from_row, store.leases())})
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        log.warning(
+            "lease rows unreadable (%s: %s): rebuilt from the lease facts", type(exc).__name__, exc
+        )
+        return leases.replay(store.lease_facts())
 
 
 def _check_name(name: str) -> None:

@@ -238,6 +238,12 @@ def to_row(lease: Lease) -> dict[str, Any]:
 
 
 def from_row(row: Mapping[str, Any]) -> Lease:
+    """A stored lease; ValueError for a row no grant could have written (a damaged store)."""
+    token, ttl = row["token"], float(row["ttl"])
+    if not isinstance(token, int) or isinstance(token, bool) or token < 1:
+        raise ValueError(f"lease {row['name']!r}: token {token!r}")
+    if not TTL_MIN <= ttl <= TTL_MAX:  # NaN too
+        raise ValueError(f"lease {row['name']!r}: ttl {ttl!r}")
     return Lease(
         name=str(row["name"]),
         token=int(row["token"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -266,3 +267,31 @@ def test_why_tells_each_hosts_grants_releases_and_losses(ctl: ControllerProcess)
     kinds = [(e["kind"], e["data"]["token"]) for e in map(json.loads, r.text.splitlines())
              if e["kind"].startswith("lease_")]  # fmt: skip
     assert kinds == [(leases.GRANTED, 1), (leases.GRANTED, 2)]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        '{"name": "prov"',  # cut short
+        "[1]",
+        '{"name": "prov", "token": 2, "host": "a", "session": "s1", "ttl": NaN, "granted_at": 0}',
+    ],
+)
+def test_a_damaged_lease_row_is_rebuilt_from_the_facts(ctl: ControllerProcess, damage: str) -> None:
+    a, b = join(ctl, "a"), join(ctl, "b")
+    assert take(ctl, a, "a").json()["token"] == 1
+    assert give_back(ctl, a, "a").status_code == 200
+    assert take(ctl, a, "a").json()["token"] == 2
+    ctl.kill()
+    db = sqlite3.connect(ctl.db)
+    db.execute("UPDATE leases SET data = ? WHERE name = 'prov'", (damage,))
+    db.commit()
+    db.close()
+    ctl.start()
+    restarted = time.monotonic()
+    # As the facts say: held by a (token 2) for one TTL from the start, then the next token.
+    assert take(ctl, b, "b").status_code == 409
+    got = wait_for("b takes over", lambda: take(ctl, b, "b"))
+    assert time.monotonic() - restarted >= TTL - 0.1
+    assert got.json()["token"] == 3
+    assert "lease rows unreadable" in (ctl.workdir / "controller.log").read_text()
