@@ -153,7 +153,8 @@ def render_status(
         if comp.limits:
             lines.append(f"  limits: {comp.limits}")
         if comp.name in holds:
-            lines.append(printable(f"  lease: {describe(holds[comp.name])}"))
+            stale = "" if live else " (as last saved: the agent is not running)"
+            lines.append(printable(f"  lease: {describe(holds[comp.name])}{stale}"))
         for line in comp.tail[-TAIL_LINES:]:
             lines.append(f"  | {line}")
     return "\n".join(lines)

@@ -39,6 +39,8 @@ def test_each_phase_says_where_this_host_stands() -> None:
     view = render_status(AgentState(components=(stopped,), singletons=(idle,)), 0.0)
     assert "lease: provisioner: not asked for (token 3) [lease_released]" in view
     assert "lease:" not in render_status(AgentState(components=(PROV,)), 0.0)
+    stale = render_status(AgentState(components=(PROV,), singletons=(holding,)), 0.0, live=False)
+    assert "token 5 [lease_granted] (as last saved: the agent is not running)" in stale
 
 
 def test_saved_with_the_state_and_bad_entries_dropped(tmp_path: Path) -> None:
