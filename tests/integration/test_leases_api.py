@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import sqlite3
 import subprocess
@@ -295,3 +296,54 @@ def test_a_damaged_lease_row_is_rebuilt_from_the_facts(ctl: ControllerProcess, d
     assert time.monotonic() - restarted >= TTL - 0.1
     assert got.json()["token"] == 3
     assert "lease rows unreadable" in (ctl.workdir / "controller.log").read_text()
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """Whatever the test sets: not a controller (a proxy's page, another service)."""
+
+    status, body = 200, b""
+
+    def do_GET(self) -> None:
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (200, b"<html>hi</html>", "answered something that is not a list of leases"),
+        (200, b'{"leases": []}', "answered something that is not a list of leases"),
+        (200, b'[{"lease": 5}]', "answered something that is not a list of leases"),
+        (200, b"[1, null]", "answered something that is not a list of leases"),
+        (502, b"<html>\n<body>bad gateway</body>\n</html>", r"502: <html>\x0a<body>bad"),
+        (500, b'{"message": "two\\nlines\\u001b[2J"}', r"500: two\x0alines\x1b[2J"),
+    ],
+)
+def test_xcecli_leases_says_one_line_for_an_answer_that_is_no_lease_list(
+    status: int, body: bytes, said: str
+) -> None:
+    handler = type("Answers", (_Answers,), {"status": status, "body": body})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", url, "--token", "t"]
+        shown = subprocess.run(
+            [*cli, "leases"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert shown.returncode == 1 and shown.stdout == ""
+    assert shown.stderr.count("\n") == 1 and said in shown.stderr, shown.stderr
+    assert "Traceback" not in shown.stderr
