@@ -41,7 +41,7 @@ def describe(hold: SingletonHold) -> str:
     elif hold.phase == "releasing":
         what = f"giving it back ({token})"
     else:
-        what = f"not asked for ({token})"
+        what = f"not asked for ({token}){detail}"
     return f"{hold.lease}: {what}{tag}"
 
 

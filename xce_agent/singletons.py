@@ -33,6 +33,7 @@ from xce_agent.singleton_holds import SingletonHold
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_agent.supervision.spec import ComponentSpec
+from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -160,17 +161,15 @@ class Singletons:
 
     def status(self) -> tuple[SingletonHold, ...]:
         """Each singleton's hold, for `xce-agent status`."""
-        return tuple(
-            SingletonHold(
-                name,
-                le.terms.lease,
-                le.state.phase.value,
-                le.state.token,
-                le.state.detail,
-                le.state.code,
-            )
-            for name, le in self.leases.items()
-        )
+        return tuple(self._hold(name, le) for name, le in self.leases.items())
+
+    def _hold(self, name: str, lease: _Lease) -> SingletonHold:
+        state = lease.state
+        detail, code = state.detail, state.code
+        if state.phase is lh.Phase.IDLE:  # the last answer is history; why nothing is asked
+            barred = Reason.REFUSED_DECOMMISSIONED.value
+            detail, code = (self.barred, barred) if self.barred else ("", code)
+        return SingletonHold(name, lease.terms.lease, state.phase.value, state.token, detail, code)
 
     def samples(self) -> tuple[SingletonSample, ...]:
         return tuple(

@@ -142,7 +142,10 @@ def test_a_decommissioned_holder_stops_its_singleton_at_once_and_asks_no_more(
     time.sleep(3 * cluster.ttl)  # it asked every ttl/3 before
     assert lease_refusals(cluster) == asked
     shown = agent.cli("status").stdout
-    assert "lease: lease-0: not asked for (token 1)" in shown
+    assert (
+        "lease: lease-0: not asked for (token 1): host decommissioned (decommissioned by admin)"
+        " [refused_decommissioned]" in shown
+    )
     refused = agent.cli("start", "lease-0")
     assert refused.returncode == 1 and "never starts" in refused.stderr
     assert violations(intervals(cluster.records)["lease-0"]) == []
