@@ -99,7 +99,7 @@ class LeaseDesk:
             "expires_in": left,
             "expires_at": self.wall() + left if left is not None else None,
             "granted_at": lease.granted_at or None,
-            "last_holder": lease.host,
+            "last_holder": lease.last_host or lease.host,
         }
 
     def listing(self) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ class Lease:
     expires: float = 0.0  # monotonic; meaningful while held
     granted_at: float = 0.0  # wall clock of the latest grant (shown, never compared)
     key: str = ""  # the holder's host record (its facts appear in that host's story)
+    last_host: str = ""  # who held it last, kept when it is released (shown)
 
     @property
     def held(self) -> bool:
@@ -199,6 +200,7 @@ def apply(book: Book, fact: Fact, now: float) -> Book:
                 expires=now + float(d["ttl"]),
                 granted_at=fact.at,
                 key=str(d.get("key", "")),
+                last_host=str(d["host"]),
             )
         )
     if fact.kind == RELEASED and lease.holds(str(d["host"]), str(d["session"])):
@@ -234,6 +236,7 @@ def to_row(lease: Lease) -> dict[str, Any]:
         "ttl": lease.ttl,
         "granted_at": lease.granted_at,
         "key": lease.key,
+        "last_host": lease.last_host,
     }
 
 
@@ -252,4 +255,5 @@ def from_row(row: Mapping[str, Any]) -> Lease:
         ttl=float(row["ttl"]),
         granted_at=float(row["granted_at"]),
         key=str(row.get("key", "")),
+        last_host=str(row.get("last_host", row["host"])),
     )

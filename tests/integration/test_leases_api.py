@@ -242,6 +242,8 @@ def test_why_tells_each_hosts_grants_releases_and_losses(ctl: ControllerProcess)
     assert take(ctl, a, "a").json()["token"] == 1
     assert wait_for("b takes over", lambda: take(ctl, b, "b")).json()["token"] == 2
     assert give_back(ctl, b, "b").status_code == 200
+    assert listing(ctl)["prov"]["state"] == "free"
+    assert listing(ctl)["prov"]["last_holder"] == "b"  # who to ask why nobody holds it
 
     def why(name: str) -> str:
         cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", ctl.url]
