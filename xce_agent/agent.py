@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 
 from xce_agent import membership as ms
 from xce_agent import pending_notices, single_agent, unused_signals
+from xce_agent.adoption import adopt_previous
 from xce_agent.cloud_notices import CloudNotices
 from xce_agent.component_records import component_records
 from xce_agent.config import AgentConfig
 from xce_agent.control import SOCKET_NAME, ControlServer
+from xce_agent.controller_side import ControllerSide
 from xce_agent.credential import CredentialStore
 from xce_agent.handoff import Handoff, HandoffRunner, reader_of
 from xce_agent.join_guard import JoinGuard
@@ -49,19 +51,15 @@ from xce_agent.supervision.identity import ProcessIdentity, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
-from xce_protocol.notices import Notice, NoticeKind, NoticeState
+from xce_protocol.notices import NoticeState
 from xce_protocol.protocol import printable
 
 if TYPE_CHECKING:
-    from xce_agent.controller_client import ControllerClient
-    from xce_agent.link import ControllerLink
-    from xce_agent.notice_sender import NoticeSender
+    pass
 
 log = logging.getLogger(__name__)
 
 LINK_CHECK_PERIOD = 5.0  # how often the link's threads are checked for a stall
-SHUTDOWN_CALL_TIMEOUT = 4.0  # the shutdown notice and the final report: well inside the
-# unit's stop timeout, and short enough that the components still get theirs
 
 
 AlreadyRunning = single_agent.AlreadyRunning
@@ -122,9 +120,17 @@ class Agent:
         self.state = AgentState(instance_id=config.instance.id, roles=config.roles)
         self.host = host_name(config)
         self.reports = Reports(config, lambda: self.state)
-        self.link: ControllerLink | None = None
+        self.controller = ControllerSide(
+            ctl,
+            self.host,
+            config.instance.id,
+            self.handoff,
+            self.stored,
+            self.credentials,
+            self.reports,
+            self.post,
+        )
         self.operator = Operator(self)
-        self.sender: NoticeSender | None = None
         relay = NoticeRelay(
             self.supervisor.specs, self.supervisor.send_signal, config.state_directory
         )
@@ -132,15 +138,11 @@ class Agent:
         self._announcing = False  # telling the controller the system is going down
         self.metrics = AgentMetrics(config.metrics)
         self.metrics.watching_notices = config.cloud.provider != "none"
-        self.lease_client: ControllerClient | None = None
         self.singletons = Singletons(
             config.components,
             self.supervisor,
             self.reactor,
-            HttpLeaseCalls(
-                lambda: self.lease_client,
-                lambda: self.link.client.credential if self.link is not None else None,
-            ),
+            HttpLeaseCalls(lambda: self.controller.lease_client, self.controller.credential),
         )
         self.supervisor.gate = self.singletons
         self.singletons.on_change = self._singletons_changed
@@ -225,28 +227,8 @@ class Agent:
         self._save()
 
     def _resume(self, previous: AgentState | None) -> None:
-        """Adopt live components a previous agent left (by their full identity), start the rest.
-
-        Nothing is adopted by environment markers: a job of the worker carries them too.
-        A component no longer configured is stopped to the end; in a cgroup, so is whatever
-        runs in a component's cgroup without a recorded process (killed before its start).
-        """
-        sup = self.supervisor
-        recorded = {c.name: c for c in (previous.components if previous else ())}
-        for name, record in recorded.items():
-            identity = ProcessIdentity.from_json(record.identity) if record.identity else None
-            if name not in sup.specs:
-                if identity is not None or sup.contained_alive(name):
-                    sup.retire(name, identity)
-            elif identity is not None:
-                sup.adopt(name, identity)
-        tree = sup.containment()
-        for name in tree.names() if tree else ():
-            if name not in sup.specs and tree is not None:
-                if tree.populated(name):
-                    sup.retire(name, None)
-                else:
-                    tree.remove(name)
+        """Adopt live components a previous agent left (adoption.py), start the rest."""
+        adopt_previous(self.supervisor, previous)
         try:
             self.handoff.open_directory()
         except OSError as exc:
@@ -307,10 +289,7 @@ class Agent:
 
     def _finish(self) -> None:
         self.notices.stop()
-        if self.sender is not None:
-            self.sender.stop()
-        if self.link is not None:
-            self.link.stop()
+        self.controller.stop()
         self.notifier.notify("STOPPING=1")
         lifecycle = Lifecycle.STOPPED if self._leaving == "stop" else Lifecycle.DETACHED
         # Save while the handles are still known: the next agent adopts from this record.
@@ -355,8 +334,7 @@ class Agent:
         self.reactor.call_later(delay, refresh)
 
     def _check_link(self) -> None:
-        if self.link is not None:
-            self.link.check_threads()
+        self.controller.check_threads()
         self.metrics.restore()  # the same period serves: one stat of the textfile
         self.reactor.call_later(LINK_CHECK_PERIOD, self._check_link)
 
@@ -401,7 +379,7 @@ class Agent:
     def prepare_role(self, role: str) -> bool:
         """Hand a worker-role component its template before it starts; False if there is none."""
         if role in ms.JOIN_FIRST_ROLES and self.config.controller is not None:
-            cred = self.link.client.credential if self.link is not None else None
+            cred = self.controller.credential()
             if cred is not None:
                 self.handoff.set_credential(cred.worker_secret or None)
             env = self.handoff.env(self.host, self.config.instance.id)
@@ -426,11 +404,11 @@ class Agent:
             if self.writer is not None:
                 self.writer.flush()  # e.g. the tombstone is on disk before the worker stops
         elif isinstance(action, ms.OpenLink):
-            self._open_link().start()
+            self.controller.open_link().start()
         elif isinstance(action, ms.FinalReport):
-            self._open_link().final_report()
-        elif isinstance(action, ms.Confirm) and self.link is not None:
-            self.link.confirm()
+            self.controller.open_link().final_report()
+        elif isinstance(action, ms.Confirm):
+            self.controller.confirm()
         else:
             self._perform_notice(action)
 
@@ -438,7 +416,7 @@ class Agent:
         if isinstance(action, ms.RelayNotice):
             self.notices.tell_components(action.notice)
         elif isinstance(action, ms.SendNotice):
-            self._notice_sender().send(action.notice)
+            self.controller.send_notice(action.notice)
         elif isinstance(action, ms.ApproveEvent):
             self.notices.approve(action.event_id)
         elif isinstance(action, ms.EndStaleNotice):
@@ -448,45 +426,9 @@ class Agent:
                 log.info("the controller acts on notice %s, which is over: ending it", shown)
                 self.handle(ms.Noticed(ended))  # told like an end the watcher saw
         elif isinstance(action, ms.AnnounceShutdown):
-            from xce_agent.notice_sender import notice_payload
-
-            notice = Notice(NoticeKind.SHUTDOWN, "os", f"shutdown-{boot_id()}", None)
-            payload = notice_payload(notice, self.config.instance.id)
-            self._open_link().announce_shutdown(payload, SHUTDOWN_CALL_TIMEOUT)
+            self.controller.announce_shutdown()
         elif isinstance(action, ms.StopForShutdown):
             self.request_stop("system shutdown")
-
-    def _notice_sender(self) -> NoticeSender:
-        if self.sender is None:
-            from xce_agent.notice_sender import NoticeSender
-
-            self.sender = NoticeSender(self._open_link().client, self.config.instance.id)
-            self.sender.start()
-        return self.sender
-
-    def _open_link(self) -> ControllerLink:
-        if self.link is None:
-            assert self.config.controller is not None
-            # Imported here: an agent without a controller never loads the HTTP code.
-            from xce_agent.controller_client import ControllerClient
-            from xce_agent.link import ControllerLink
-            from xce_protocol.protocol import Identity
-
-            me = Identity(self.host, self.config.instance.id)
-            client = ControllerClient(self.config.controller, me)
-            self.lease_client = ControllerClient(self.config.controller, me)
-            # Resume with the stored credential only while the template of its join is here
-            # (a resumed host gets no template); else join afresh.
-            if self.handoff.env(self.host, self.config.instance.id) is not None:
-                client.credential = self.stored
-            self.link = ControllerLink(
-                client,
-                self.post,
-                self.reports.join,
-                self.reports.heartbeat,
-                credentials=self.credentials,
-            )
-        return self.link
 
     def _log_standing(self, before: ms.MembershipState, after: ms.MembershipState) -> None:
         if after.link_warning != before.link_warning:
@@ -507,8 +449,8 @@ class Agent:
         self._workers_down_check()
         spec = self.supervisor.specs.get(name)
         worker = spec is not None and spec.role in ms.JOIN_FIRST_ROLES
-        if cstate.phase is m.Phase.FATAL and worker and self.link is not None:
-            self.link.report_now()  # the controller closes the host at once
+        if cstate.phase is m.Phase.FATAL and worker:
+            self.controller.report_now()
 
     def _singletons_changed(self) -> None:
         self.state = replace(self.state, singletons=self.singletons.status())

@@ -25,10 +25,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from xce_agent import link_farewell as farewell
 from xce_agent import membership as ms
 from xce_agent.config import ControllerConfig
 from xce_agent.credential import CredentialStore, HostCredential, from_answer
+from xce_agent.link_answers import (
+    RETRY_AFTER_MAX,
+    clamp,
+    labelled,
+    notice_events,
+    retry_delay,
+    template_doc,
+    unknown,
+    version_of,
+)
 from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, template_of
+
+__all__ = ["RETRY_AFTER_MAX", "Client", "ControllerLink", "clamp", "retry_delay"]
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +49,6 @@ WATCH_WAIT = 30.0
 MIN_WATCH_GAP = 0.5  # between the starts of two watch requests, however fast they are answered
 HEARTBEAT_BOUNDS = (1.0, 300.0)
 GRACE_BOUNDS = (5.0, 86400.0)
-RETRY_AFTER_MAX = 300.0
 DEFAULT_INTERVAL = 10.0
 DEFAULT_GRACE = 60.0
 SLACK = 10.0  # a cycle may overrun its own bound by this before the watchdog acts
@@ -52,23 +64,6 @@ class Client(Protocol):
     def notice(self, payload: dict[str, Any], timeout: float | None = None) -> Answer: ...
     def watch(self, since: int, wait: float) -> Answer: ...
     def close(self) -> None: ...
-
-
-def retry_delay(attempt: int, rand: float, cap: float, retry_after: float | None) -> float:
-    """Jittered exponential delay (1 s doubling, +/-50 %), capped; Retry-After wins if longer."""
-    base = min(cap, 2.0 ** min(attempt, 16))
-    delay = min(cap, base * (0.5 + rand))
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, RETRY_AFTER_MAX))
-    return delay
-
-
-def clamp(value: Any, default: float, bounds: tuple[float, float]) -> float:
-    """A published interval within bounds; a non-number or non-finite one keeps the default."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return default
-    low, high = bounds
-    return float(min(high, max(low, value)))
 
 
 @dataclass
@@ -139,40 +134,13 @@ class ControllerLink:
 
     def final_report(self) -> None:
         """Tell the controller once that the worker is stopped, then fall silent."""
-
-        def report() -> None:
-            try:
-                self.client.heartbeat(self.heartbeat_payload())
-            except Exception:
-                log.exception("final report to the controller failed")
-            self.stop()
-
-        threading.Thread(target=report, name="controller-final-report", daemon=True).start()
+        farewell.final_report(self.client, self.heartbeat_payload, self.stop)
 
     def announce_shutdown(self, notice_payload: dict[str, Any], budget: float) -> None:
-        """Send the shutdown notice and the final report, each within `budget` seconds, then
-        post ShutdownAnnounced: the components are stopped only after that."""
-
-        def announce() -> None:
-            started = self.clock()
-            outcome, reported = "not sent", False
-            try:
-                said = self.client.notice(notice_payload, budget)
-                outcome = said.outcome.value
-                if said.outcome is not Outcome.RETRY:  # unreachable: do not wait twice
-                    self.client.heartbeat(self.heartbeat_payload(), budget)
-                    reported = True
-            except Exception:
-                log.exception("shutdown notice to the controller failed")
-            log.info(
-                "shutdown announced in %.3fs: notice %s, %s",
-                self.clock() - started,
-                outcome,
-                "final report sent" if reported else "no final report",
-            )
-            self.post(ms.ShutdownAnnounced())
-
-        threading.Thread(target=announce, name="controller-shutdown", daemon=True).start()
+        """The shutdown notice and final report, then ShutdownAnnounced (link_farewell)."""
+        farewell.announce_shutdown(
+            self.client, notice_payload, self.heartbeat_payload, budget, self.clock, self.post
+        )
 
     def check_threads(self) -> list[str]:
         """Replace every loop that overran its cycle's bound; what was replaced, for the log."""
@@ -284,14 +252,10 @@ class ControllerLink:
                 return None
             if answer.outcome is Outcome.ACCEPTED:
                 self._keep(answer.body)
-                self._accept_intervals(answer.body)
-                version = answer.body.get("version")
-                self.version = version if isinstance(version, int) and version >= 0 else 0
-                self.joined.set()
-                host, state = str(answer.body.get("host", "")), str(answer.body.get("state", ""))
+                host, state = self._joined(answer.body)
                 self.post(ms.Resumed(host, state))
                 return True
-            if _unknown(answer):
+            if unknown(answer):
                 self._forget()
                 return False
             self._report(answer, "host credential")
@@ -337,13 +301,17 @@ class ControllerLink:
                 which = "join token" if self.client.config.token else "join"
                 self._report(answer, which)
             return answer
-        self._accept_intervals(answer.body)
-        version = answer.body.get("version")
-        self.version = version if isinstance(version, int) and version >= 0 else 0
-        self.joined.set()
-        host, state = str(answer.body.get("host", "")), str(answer.body.get("state", ""))
-        self.post(ms.Joined(host, state, self._template_doc(answer.body)))
+        host, state = self._joined(answer.body)
+        doc = template_doc(answer.body, self.client.config.url, self.interval)
+        self.post(ms.Joined(host, state, doc))
         return None
+
+    def _joined(self, body: dict[str, Any]) -> tuple[str, str]:
+        """Accepted (a join, a resumed credential): the watch may start; the host and state."""
+        self._accept_intervals(body)
+        self.version = version_of(body) or 0
+        self.joined.set()
+        return str(body.get("host", "")), str(body.get("state", ""))
 
     def _heartbeat(self) -> bool:
         """One heartbeat; True when the controller forgot this host (join again)."""
@@ -351,7 +319,7 @@ class ControllerLink:
         answer = self.client.heartbeat(self.heartbeat_payload())
         if self._final(answer):
             return False
-        if _unknown(answer):
+        if unknown(answer):
             self._forget()
             return True
         if answer.outcome is Outcome.ACCEPTED:
@@ -383,27 +351,8 @@ class ControllerLink:
         return value
 
     def _drained(self, body: dict[str, Any]) -> None:
-        """The notice the controller acts on, and whether the host is drained for it (then
-        the platform may go ahead)."""
-        notice = body.get("notice")
-        if not isinstance(notice, dict):
-            return
-        event_id, kind = notice.get("event_id"), notice.get("kind")
-        if not isinstance(event_id, str) or not event_id:
-            return
-        if isinstance(kind, str):
-            self.post(ms.NoticeHeld(event_id, kind))
-        if notice.get("drained") is True:
-            self.post(ms.NoticeDrained(event_id))
-
-    def _template_doc(self, body: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "host": body.get("host"),
-            "instance_id": body.get("instance_id"),
-            "controller_url": self.client.config.url,
-            "heartbeat_interval": self.interval,
-            "template": template_of(body),
-        }
+        for event in notice_events(body):
+            self.post(event)
 
     # --- watch loop -------------------------------------------------------------------
     def _watch_loop(self, generation: int) -> None:
@@ -424,10 +373,10 @@ class ControllerLink:
                 attempt = 0
                 self._accept_intervals(answer.body)
                 self._drained(answer.body)
-                version = answer.body.get("version")
+                version = version_of(answer.body)
                 # The controller's latest word, not the largest ever seen: one wrong version
                 # must not hold every later watch past the changes it waits for.
-                if isinstance(version, int) and not isinstance(version, bool) and version >= 0:
+                if version is not None:
                     self.version = version
             else:
                 delay = retry_delay(attempt, self.rand(), self._cap(), answer.retry_after)
@@ -451,8 +400,7 @@ class ControllerLink:
         return self.stopped.is_set()
 
     def _report(self, answer: Answer, which: str = "") -> None:
-        if answer.outcome is Outcome.REFUSED and which:  # say which credential failed
-            answer = Answer(answer.outcome, f"{which} refused: {answer.detail}", answer.body)
+        answer = labelled(answer, which)
         until = None
         if answer.retry_after is not None and answer.outcome is not Outcome.ACCEPTED:
             until = self.wall() + min(answer.retry_after, RETRY_AFTER_MAX)
@@ -464,12 +412,3 @@ class ControllerLink:
         else:
             log.debug("controller contact failed: %s", answer.detail)
             self.post(ms.ContactLost(answer.detail, until))
-
-
-def _unknown(answer: Answer) -> bool:
-    """The controller does not know this host or its credential: only a new join helps."""
-    if answer.outcome is not Outcome.REFUSED:
-        return False
-    kinds = ("unknown_credential", "unknown_host")
-    kind = answer.body.get("error")
-    return kind in kinds if kind is not None else any(k in answer.detail for k in kinds)

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from xce_agent.link import Client, retry_delay
+from xce_agent.link import Client
+from xce_agent.link_answers import retry_delay
 from xce_protocol.notices import Notice
 from xce_protocol.protocol import PROTOCOL, Answer, Outcome
 

@@ -21,7 +21,6 @@ import secrets
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -31,6 +30,7 @@ from xce_agent import lease_holder as lh
 from xce_agent.metrics_leases import LeaseCounts, SingletonSample, count
 from xce_agent.singleton_holds import SingletonHold
 from xce_agent.supervision import machine as m
+from xce_agent.supervision.event_queue import EventQueue
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol.reasons import Reason
@@ -95,8 +95,9 @@ class Singletons:
         self.reactor = reactor
         self.calls = calls
         self.leases: dict[str, _Lease] = {}
-        self._queue: deque[tuple[str, lh.Event]] = deque()
-        self._draining = False
+        # An action (a start) may report back (the component is up) before the actions of
+        # the event that caused it are all done.
+        self._events: EventQueue[lh.Event] = EventQueue(self._apply)
         self.barred = ""  # why no lease can be held here any more (the host was decommissioned)
         self.on_change: Callable[[], None] = lambda: None  # what metrics show changed
         for spec in specs:
@@ -197,17 +198,7 @@ class Singletons:
 
     # --- the machine ------------------------------------------------------------------
     def _post(self, name: str, event: lh.Event) -> None:
-        """Events in order: an action (a start) may report back (the component is up) before
-        the actions of the event that caused it are all done."""
-        self._queue.append((name, event))
-        if self._draining:
-            return
-        self._draining = True
-        try:
-            while self._queue:
-                self._apply(*self._queue.popleft())
-        finally:
-            self._draining = False
+        self._events.post(name, event)
 
     def _apply(self, name: str, event: lh.Event) -> None:
         lease = self.leases[name]

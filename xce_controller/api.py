@@ -9,18 +9,25 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import AsyncIterator
-from typing import Any, Optional
+from typing import Any
 
-from fastapi import Depends, FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi import FastAPI, Query, Request
 
 from xce_controller import credentials, notices, observe_api
 from xce_controller import jobs as jobmodel
 from xce_controller import lifecycle as lc
+from xce_controller.api_auth import (
+    ADMIN_ROLE,
+    ERRORS,
+    HOST_CREDENTIAL,
+    JOIN_BEARER,
+    PROVISIONER_ROLE,
+    WORKER_CREDENTIAL,
+    Bearer,
+    token_of,
+    viewer,
+)
+from xce_controller.api_errors import install_errors
 from xce_controller.codec import host_to_json, job_to_json
 from xce_controller.limits import BodyLimit
 from xce_controller.model import TERMINAL, AdminAction, Host, HostState, Job, JobEvent
@@ -28,7 +35,6 @@ from xce_controller.pydantic_versions import dump
 from xce_controller.schemas import (
     ControlBody,
     DecommissionBody,
-    ErrorBody,
     ExpectAnswer,
     ExpectBody,
     GaveUpAnswer,
@@ -49,114 +55,8 @@ from xce_controller.schemas import (
     WatchAnswer,
 )
 from xce_controller.service import PROTOCOL, Controller
-from xce_controller.store import StorageUnavailable
 from xce_protocol.notices import BadNotice, notice_from_wire
-from xce_protocol.reasons import Reason, refusal
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 410, 413, 422, 503)
-}
-
-# Who may call what: each operation names the bearer it takes, so the OpenAPI document says
-# it and the authorization-matrix test (tests/integration/test_authorization.py) checks it.
-ADMIN = HTTPBearer(
-    auto_error=False,
-    scheme_name="AdminToken",
-    description="auth.admin_token: admin calls and the provisioner's",
-)
-PROVISIONER = HTTPBearer(
-    auto_error=False,
-    scheme_name="ProvisionerToken",
-    description="auth.provisioner_token: expect, expected, to-return, ack",
-)
-JOIN = HTTPBearer(
-    auto_error=False,
-    scheme_name="JoinToken",
-    description="a per-instance join token (single use, expires at the join deadline) or "
-    "auth.join_token: joins only",
-)
-HOST = HTTPBearer(
-    auto_error=False,
-    scheme_name="HostCredential",
-    description="the credential the join answer issued (renewed when the agent starts): "
-    "this host's calls only",
-)
-READ = HTTPBearer(
-    auto_error=False,
-    scheme_name="ReadToken",
-    description="auth.read_token: reads only (GETs, /v1/events, /metrics, the status page)",
-)
-WORKER = HTTPBearer(
-    auto_error=False,
-    scheme_name="WorkerCredential",
-    description="the worker credential the join answer issued: this host's watch and job "
-    "reports only",
-)
-Bearer = Optional[HTTPAuthorizationCredentials]
-
-
-def _token(creds: Bearer) -> str:
-    return creds.credentials.strip() if creds is not None else ""
-
-
-ADMIN_BEARER = Depends(ADMIN)
-PROVISIONER_BEARER = Depends(PROVISIONER)
-READ_BEARER = Depends(READ)
-JOIN_BEARER = Depends(JOIN)
-HOST_CREDENTIAL = Depends(HOST)
-WORKER_CREDENTIAL = Depends(WORKER)
-
-
-def _admin(request: Request, creds: Bearer = ADMIN_BEARER) -> str:
-    cfg = request.app.state.controller.cfg
-    token = _token(creds)
-    if credentials.same(token, cfg.admin_token):
-        return "admin"
-    if _reads(request, token):
-        return "reader"
-    if credentials.same(token, cfg.provisioner_token):
-        raise lc.Refused("forbidden", 403, "the provisioner token cannot make admin calls")
-    raise lc.Refused("unauthorized", 401, "admin token missing or wrong")
-
-
-def _reads(request: Request, token: str) -> bool:
-    """The read-only token reads (a dashboard, `xcecli why`) and changes nothing: on any
-    other method it is no token at all."""
-    cfg = request.app.state.controller.cfg
-    return request.method == "GET" and credentials.same(token, cfg.read_token)
-
-
-def _provisioner(
-    request: Request,
-    creds: Bearer = PROVISIONER_BEARER,
-    admin: Bearer = ADMIN_BEARER,
-) -> str:
-    cfg = request.app.state.controller.cfg
-    token = _token(creds)
-    if credentials.same(token, cfg.provisioner_token):
-        return "provisioner"
-    if credentials.same(token, cfg.admin_token):
-        return "admin"
-    if _reads(request, token):
-        return "reader"
-    raise lc.Refused("unauthorized", 401, "provisioner or admin token missing or wrong")
-
-
-def _viewer(
-    request: Request,
-    admin: Bearer = ADMIN_BEARER,
-    read: Bearer = READ_BEARER,
-) -> str:
-    """The admin or read-only token, as a bearer or the status page's cookie."""
-    token = _token(admin)
-    ctl = request.app.state.controller
-    if not observe_api.signed_in(ctl, request, f"Bearer {token}" if token else None):
-        raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
-    return "admin" if credentials.same(token, ctl.cfg.admin_token) else "reader"
-
-
-ADMIN_ROLE = Depends(_admin)
-PROVISIONER_ROLE = Depends(_provisioner)
 SINCE = Query(0, ge=0)
 WATCH_TIMEOUT = Query(30.0, ge=0, le=300)
 INSTANCE_ID = Query("", max_length=253)
@@ -166,14 +66,6 @@ LEASE_SESSION = Query(..., min_length=1, max_length=64)
 
 def _peer(request: Request) -> str:
     return request.client.host if request.client else ""
-
-
-def _allowed(app: FastAPI, path: str) -> list[str]:
-    methods: set[str] = set()
-    for route in app.routes:
-        if isinstance(route, APIRoute) and route.path_regex.match(path):
-            methods |= route.methods or set()
-    return sorted(methods)
 
 
 def _with_lifespan(ctl: Controller, **options: Any) -> FastAPI:
@@ -203,68 +95,10 @@ def create_app(ctl: Controller) -> FastAPI:
     )
 
     app.state.controller = ctl
-    observe_api.install(app, ctl, _viewer)
+    observe_api.install(app, ctl, viewer)
     app.add_middleware(BodyLimit, limit=ctl.cfg.max_request_body, protocol=PROTOCOL)
 
-    @app.exception_handler(lc.Refused)
-    async def refused(request: Request, exc: lc.Refused) -> JSONResponse:
-        observe_api.refused(request, exc.code.value)
-        body = {
-            "error": exc.kind,
-            "code": exc.code.value,
-            "message": exc.message,
-            "protocol": PROTOCOL,
-            **exc.details,
-        }
-        return JSONResponse(body, status_code=exc.status)
-
-    @app.exception_handler(StorageUnavailable)
-    async def storage(request: Request, exc: StorageUnavailable) -> JSONResponse:
-        code = Reason.REFUSED_STORAGE_UNAVAILABLE.value
-        observe_api.refused(request, code)
-        body = {
-            "error": "storage_unavailable",
-            "code": code,
-            "message": f"the controller cannot store changes: {exc.cause}; nothing was changed",
-            "protocol": PROTOCOL,
-        }
-        return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
-
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
-        # Logged with its traceback by the server; the client gets the same JSON shape.
-        body = {"error": "internal", "message": f"{type(exc).__name__}", "protocol": PROTOCOL}
-        return JSONResponse(body, status_code=500)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kinds = {
-            400: "bad_request",
-            404: "not_found",
-            405: "method_not_allowed",
-            413: "too_large",
-        }
-        kind = kinds.get(exc.status_code, "error")
-        code = refusal(kind).value
-        observe_api.refused(request, code)
-        body = {"error": kind, "code": code, "message": str(exc.detail), "protocol": PROTOCOL}
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405:  # one path may be served by several routes
-            headers["Allow"] = ", ".join(_allowed(app, request.url.path))
-        return JSONResponse(body, status_code=exc.status_code, headers=headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        code = Reason.REFUSED_BAD_REQUEST.value
-        observe_api.refused(request, code)
-        body = {
-            "error": "bad_request",
-            "code": code,
-            "message": "; ".join(problems),
-            "protocol": PROTOCOL,
-        }
-        return JSONResponse(body, status_code=422)
+    install_errors(app)
 
     def answer(host: Host) -> dict[str, Any]:
         notice = None
@@ -331,7 +165,7 @@ def create_app(ctl: Controller) -> FastAPI:
             boot_id=body.boot_id,
             roles=tuple(body.roles),
             resources=dict(body.resources),
-            token=_token(token),
+            token=token_of(token),
             peer=_peer(request),
         )
         host, secret, worker = ctl.join(req)
@@ -352,7 +186,7 @@ def create_app(ctl: Controller) -> FastAPI:
         request: Request, body: GaveUpBody, token: Bearer = JOIN_BEARER
     ) -> dict[str, Any]:
         req = lc.JoinRequest(
-            name=body.host, instance_id=body.instance_id, token=_token(token), peer=_peer(request)
+            name=body.host, instance_id=body.instance_id, token=token_of(token), peer=_peer(request)
         )
         why = f"{body.reason} ({body.action})" if body.action else body.reason
         record = ctl.gave_up(req, why)
@@ -370,7 +204,7 @@ def create_app(ctl: Controller) -> FastAPI:
     ) -> dict[str, Any]:
         report = dump(body, exclude={"renew"})
         try:
-            host = ctl.agent_host(name, body.instance_id, _token(credential), _peer(request))
+            host = ctl.agent_host(name, body.instance_id, token_of(credential), _peer(request))
         except lc.Refused as refused:
             if refused.kind == "decommissioned":  # the credential was checked: keep its word
                 gone = ctl.cluster.by_name(name)
@@ -386,7 +220,7 @@ def create_app(ctl: Controller) -> FastAPI:
     async def notice(
         request: Request, name: str, body: NoticeBody, credential: Bearer = HOST_CREDENTIAL
     ) -> dict[str, Any]:
-        host = ctl.agent_host(name, body.instance_id, _token(credential), _peer(request))
+        host = ctl.agent_host(name, body.instance_id, token_of(credential), _peer(request))
         try:
             received = notice_from_wire(dump(body, exclude={"protocol", "instance_id"}))
         except BadNotice as exc:
@@ -403,7 +237,7 @@ def create_app(ctl: Controller) -> FastAPI:
         credential: Bearer = HOST_CREDENTIAL,
         worker: Bearer = WORKER_CREDENTIAL,
     ) -> dict[str, Any]:
-        host = ctl.agent_host(name, instance_id, _token(credential), _peer(request), True)
+        host = ctl.agent_host(name, instance_id, token_of(credential), _peer(request), True)
         host = await ctl.watch(host, since, timeout)
         if host.state in TERMINAL:
             raise lc.decommissioned(host)
@@ -420,7 +254,7 @@ def create_app(ctl: Controller) -> FastAPI:
         credential: Bearer = HOST_CREDENTIAL,
         worker: Bearer = WORKER_CREDENTIAL,
     ) -> dict[str, Any]:
-        host = ctl.agent_host(name, "", _token(credential), _peer(request), True)
+        host = ctl.agent_host(name, "", token_of(credential), _peer(request), True)
         if event not in {e.value for e in JobEvent}:
             raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
         report = JobEvent(event)
@@ -433,7 +267,7 @@ def create_app(ctl: Controller) -> FastAPI:
     async def acquire_lease(
         request: Request, lease: str, body: LeaseBody, credential: Bearer = HOST_CREDENTIAL
     ) -> dict[str, Any]:
-        host = ctl.agent_host(body.host, "", _token(credential), _peer(request))
+        host = ctl.agent_host(body.host, "", token_of(credential), _peer(request))
         held = ctl.leases.acquire(lease, host.name, body.session, body.ttl, host.key)
         return {"protocol": PROTOCOL, **ctl.leases.describe(held)}
 
@@ -445,7 +279,7 @@ def create_app(ctl: Controller) -> FastAPI:
         session: str = LEASE_SESSION,
         credential: Bearer = HOST_CREDENTIAL,
     ) -> dict[str, Any]:
-        speaker = ctl.agent_host(host, "", _token(credential), _peer(request))
+        speaker = ctl.agent_host(host, "", token_of(credential), _peer(request))
         released = ctl.leases.release(lease, speaker.name, session, speaker.key)
         return {"protocol": PROTOCOL, **ctl.leases.describe(released)}
 

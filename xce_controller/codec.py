@@ -63,6 +63,7 @@ def host_to_json(host: Host) -> dict[str, Any]:
         ],
         "before_loss": host.before_loss,
         "notice": notice_to_json(host.notice),
+        "done_notices": list(host.done_notices),
     }
 
 
@@ -112,6 +113,7 @@ def host_from_json(d: dict[str, Any]) -> Host:
         ),
         before_loss=d.get("before_loss", ""),
         notice=notice_from_json(d.get("notice")),
+        done_notices=tuple(d.get("done_notices", ())),
     )
 
 

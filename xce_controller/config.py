@@ -66,6 +66,7 @@ class ClusterConfig:
     provisioner_token: str = field(default="", repr=False)
     max_request_body: int = 64 * 1024  # bytes; larger bodies get 413 before they are read
     on_worker_fatal: str = "close"  # close | replace: what a worker's crash loop does (crash.py)
+    request_read_timeout: float = 30.0  # a request not fully read by then: closed (read_deadline)
 
 
 DEFAULT_CONFIG = """\
@@ -129,7 +130,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     notices = parse_notice_settings(doc, c)
     on_fatal = c.choice(doc, "on_worker_fatal", "", ("close", "replace"), default="close")
     admin, provisioner, join, read = _auth(doc, c)
-    max_body = _limits(doc, c)
+    max_body, read_timeout = _limits(doc, c)
     if None not in (grace, backoff, allowance, interval):
         assert grace is not None and backoff is not None and allowance is not None
         assert interval is not None
@@ -181,6 +182,7 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
         provisioner,
         max_body,
         on_worker_fatal=on_fatal,
+        request_read_timeout=read_timeout,
     )
 
 
@@ -293,12 +295,16 @@ def _token_file(node: LineDict, kind: str, path: str, c: Checker) -> str:
     return value
 
 
-def _limits(doc: LineDict, c: Checker) -> int:
+def _limits(doc: LineDict, c: Checker) -> tuple[int, float]:
+    """The largest request body, and how long one request may take to arrive."""
     node = c.mapping(doc, "limits", "", required=False)
     if node is None:
-        return 64 * 1024
-    c.allowed_keys(node, "limits", ("max_request_body",))
+        return 64 * 1024, 30.0
+    c.allowed_keys(node, "limits", ("max_request_body", "request_read_timeout"))
     value = c.integer(
         node, "max_request_body", "limits", default=64 * 1024, minimum=1024, maximum=16 << 20
     )
-    return value if value is not None else 64 * 1024
+    timeout = c.duration(
+        node, "request_read_timeout", "limits", default=30.0, minimum=1.0, maximum=3600.0
+    )
+    return (value if value is not None else 64 * 1024), (timeout or 30.0)

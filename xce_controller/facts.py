@@ -174,9 +174,17 @@ def _drain(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     return {key}
 
 
+DONE_NOTICES_KEPT = 8
+
+
 def _notice(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
-    cluster.put_host(evolve(cluster.hosts[key], notice=notice_from_json(d.get("notice"))))
+    host = cluster.hosts[key]
+    notice = notice_from_json(d.get("notice"))
+    done = host.done_notices
+    if notice is None and host.notice is not None and host.notice.event_id not in done:
+        done = (*done, host.notice.event_id)[-DONE_NOTICES_KEPT:]
+    cluster.put_host(evolve(host, notice=notice, done_notices=done))
     return {key}
 
 

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from starlette.routing import Match
 
-from xce_controller import lease_metrics
+from xce_controller import lease_metrics, read_deadline
 from xce_controller import lifecycle as lc
 from xce_controller.model import Cluster, Fact, HostState
 from xce_controller.service import Controller
@@ -95,6 +95,12 @@ class StateCollector:
             "xce_controller_storage_errors",
             "Changes the database failed to store since start (none of them was made).",
             value=ctl.storage_errors,
+        )
+        yield CounterMetricFamily(
+            "xce_controller_read_timeouts",
+            "Connections closed because a request did not arrive within "
+            "limits.request_read_timeout (slow or silent clients).",
+            value=read_deadline.CLOSED.total,
         )
 
 

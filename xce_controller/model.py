@@ -166,6 +166,9 @@ class Host:
         return None
 
     notice: HostNotice | None = None
+    # The event ids of notices that ended, lapsed or ended with a reboot here (the newest
+    # few): the same item read again (an agent restart re-reads the metadata) acts no more.
+    done_notices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

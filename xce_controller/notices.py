@@ -13,7 +13,9 @@ received is recorded as a fact either way.
 * rebalance: advice only; the host is closed to new work and reopens by itself after
   `notices.rebalance_reopen` unless a preemption follows.
 
-A host reopens only if the notice closed it: an admin's close is never undone.
+A host reopens only if the notice closed it: an admin's close is never undone. A notice that
+is over for a host (withdrawn, lapsed, ended by the reboot it announced) is recorded but acts
+no more when the same item is read again, as it is after every agent restart.
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ def receive(cluster: Cluster, cfg: ClusterConfig, now: float, host: Host, n: Not
         if current is None or current.event_id != n.event_id:
             return [_record(now, host, n, current)]  # not the one acted on: nothing changes
         return _end(now, host, n, f"{current.kind} notice withdrawn by {n.provider or 'agent'}")
+    if n.event_id in host.done_notices and (current is None or current.event_id != n.event_id):
+        return [_record(now, host, n, current)]  # over already: read again after a restart
     weaker = current is not None and severity(current.kind, current.impact) >= severity(
         n.kind.value, n.impact.value
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 import uvicorn
 
+from xce_controller import read_deadline
 from xce_controller.api import create_app
 from xce_controller.config import ClusterConfig
 from xce_controller.service import Controller
@@ -91,6 +92,8 @@ def make_server(
         "lifespan": "on",
         "timeout_keep_alive": 120,
         "backlog": 1024,
+        # A request must arrive within limits.request_read_timeout (read_deadline.py).
+        "http": read_deadline.protocol(cfg.request_read_timeout),
     }
     # Long-polls would hold a graceful shutdown for their whole timeout. Debian 12's uvicorn
     # 0.17 has no such bound: there a stop waits for the open long-polls (30 s at most).

@@ -3,10 +3,16 @@ could not happen and why, job outcomes, and the optional plot over virtual time.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from xce_controller.model import Fact, Host, HostState
 from xce_protocol.errors import ConfigError
+
+TIMELINE_COLUMNS = ("virtual_seconds", "fact", "host", "job", "state", "by", "why")
+STEADY = (HostState.OPEN, HostState.CLOSED, HostState.RETURNED)
 
 
 @dataclass
@@ -16,6 +22,37 @@ class Stuck:
     count: int = 0
     longest: float = 0.0
     examples: list[tuple[float, str, str]] = field(default_factory=list)  # (time, host, why)
+
+
+def stuck_hosts(hosts: Iterable[Host], end: float, bound: float) -> dict[str, Stuck]:
+    """Hosts by state that stayed in a passing state (not open, closed or returned) longer
+    than `bound` at the end, with the three longest of each."""
+    stuck: dict[str, Stuck] = {}
+    for host in hosts:
+        since = host.history[-1].at if host.history else 0.0
+        if host.state in STEADY or end - since <= bound:
+            continue
+        entry = stuck.setdefault(host.state.value, Stuck())
+        entry.count += 1
+        entry.longest = max(entry.longest, end - since)
+        entry.examples.append((end - since, host.name or host.key, host.reason))
+    for entry in stuck.values():
+        entry.examples = sorted(entry.examples, reverse=True)[:3]
+    return stuck
+
+
+def timeline_row(now: float, fact: Fact) -> list[str]:
+    """One fact of the run as a CSV row (`--csv`), in TIMELINE_COLUMNS order."""
+    d: dict[str, Any] = fact.data
+    return [
+        f"{now:.3f}",
+        fact.kind,
+        str(d.get("key", d.get("instance_id", ""))),
+        str(d.get("id", "")),
+        str(d.get("state", "")),
+        fact.by,
+        str(d.get("why", "")),
+    ]
 
 
 @dataclass

@@ -21,7 +21,6 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from xce_controller import deadlines, notices
 from xce_controller import jobs as jobmodel
@@ -29,7 +28,13 @@ from xce_controller import lifecycle as lc
 from xce_controller.facts import apply
 from xce_controller.model import JOINED, AdminAction, Cluster, Fact, HostState, JobState
 from xce_controller.scenario import Scenario
-from xce_controller.sim_report import Series, Stuck, Summary
+from xce_controller.sim_report import (
+    TIMELINE_COLUMNS,
+    Series,
+    Summary,
+    stuck_hosts,
+    timeline_row,
+)
 from xce_protocol.notices import Notice, NoticeKind
 
 HOST_FACTS = ("expected", "joined", "rejoined", "state", "drain")
@@ -422,20 +427,9 @@ class Simulation:
 
     # --- the report ----------------------------------------------------------------------
     def _summary(self) -> Summary:
-        stuck: dict[str, Stuck] = {}
         end = self.spec.duration
         bound = self.spec.stuck_after
-        steady = (HostState.OPEN, HostState.CLOSED, HostState.RETURNED)
-        for host in self.cluster.hosts.values():
-            since = host.history[-1].at if host.history else 0.0
-            if host.state in steady or end - since <= bound:
-                continue
-            entry = stuck.setdefault(host.state.value, Stuck())
-            entry.count += 1
-            entry.longest = max(entry.longest, end - since)
-            entry.examples.append((end - since, host.name or host.key, host.reason))
-        for entry in stuck.values():
-            entry.examples = sorted(entry.examples, reverse=True)[:3]
+        stuck = stuck_hosts(self.cluster.hosts.values(), end, bound)
         jobs = dict(self.outcomes)
         jobs["pending"] = len(self.cluster.pending)
         jobs["running"] = sum(len(ids) for ids in self.cluster.active.values())
@@ -462,20 +456,5 @@ def run_scenario(spec: Scenario, csv_path: Path | None = None) -> Summary:
         return Simulation(spec).run()
     with open(csv_path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["virtual_seconds", "fact", "host", "job", "state", "by", "why"])
-
-        def row(now: float, fact: Fact) -> None:
-            d: dict[str, Any] = fact.data
-            writer.writerow(
-                [
-                    f"{now:.3f}",
-                    fact.kind,
-                    d.get("key", d.get("instance_id", "")),
-                    d.get("id", ""),
-                    d.get("state", ""),
-                    fact.by,
-                    d.get("why", ""),
-                ]
-            )
-
-        return Simulation(spec, row).run()
+        writer.writerow(TIMELINE_COLUMNS)
+        return Simulation(spec, lambda now, fact: writer.writerow(timeline_row(now, fact))).run()

@@ -3,10 +3,10 @@
 The development venv has current releases (pydantic 2); the xce-controller .deb runs on
 Debian's. In the cached bookworm rootfs with those packages (the one tests/e2e/test_cluster.py
 installs the .deb into), under systemd-nspawn without booting, the controller's unit tests and
-its API, agent, shutdown, host identity, authorization-matrix and lease integration tests run
-from this tree. Not here: the OpenAPI document (pydantic 1 words some schemas differently; the
-committed one is pydantic 2's) and the schemathesis fuzz test (not in Debian 12). Needs root
-and systemd-nspawn.
+its API, agent, shutdown, host identity, authorization-matrix, lease and read-deadline
+integration tests run from this tree. Not here: the OpenAPI document (pydantic 1 words some
+schemas differently; the committed one is pydantic 2's) and the schemathesis fuzz test (not in
+Debian 12). Needs root and systemd-nspawn.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ INTEGRATION = (
     "tests/integration/test_identity.py",
     "tests/integration/test_authorization.py",
     "tests/integration/test_leases_api.py",
+    "tests/integration/test_read_deadline.py",
 )
 
 

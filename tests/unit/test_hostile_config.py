@@ -182,3 +182,33 @@ def test_controller_config_still_loads_with_anchors(tmp_path: Path) -> None:
     )
     config = load_cluster_config(path)
     assert set(config.templates) == {"default", "b"}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("30s", 30.0), ("1s", 1.0), ("1h", 3600.0), ("2.5", 2.5)],
+)
+def test_the_request_read_timeout_is_a_duration(
+    tmp_path: Path, value: str, expected: float
+) -> None:
+    from xce_controller.config import load_cluster_config
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        f"version: 1\nlimits: {{request_read_timeout: {value}}}\ntemplates: {{default: {{}}}}\n"
+    )
+    assert load_cluster_config(path).request_read_timeout == expected
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "0", "500ms", "2h", "-1s", "true", "[]"])
+def test_a_bad_request_read_timeout_is_one_clear_error(tmp_path: Path, value: str) -> None:
+    from xce_controller.config import load_cluster_config
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        f"version: 1\nlimits: {{request_read_timeout: {value}}}\ntemplates: {{default: {{}}}}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_cluster_config(path)
+    assert "limits.request_read_timeout" in str(caught.value)
+    assert "from 1s to 1h" in str(caught.value)

@@ -284,3 +284,46 @@ def test_rebalance_withdrawn_reopens_at_once() -> None:
     w.notice(a, NoticeKind.REBALANCE, event_id="aws-rebalance", state=NoticeState.ENDED)
     assert w.state(a) is HostState.OPEN and w.cluster.hosts[a].notice is None
     assert w.cluster.hosts[a].reason == "rebalance notice withdrawn by aws"
+
+
+def test_a_lapsed_rebalance_read_again_after_an_agent_restart_does_not_close_the_host() -> None:
+    w = World()
+    a = w.join("a")
+    w.notice(a, NoticeKind.REBALANCE, event_id="aws-rebalance")
+    w.tick(300.0)
+    assert w.state(a) is HostState.OPEN
+    received = len(w.facts)
+    w.now = 400.0
+    w.notice(a, NoticeKind.REBALANCE, event_id="aws-rebalance")  # the new agent reads it again
+    assert len(w.facts) == received + 1 and w.facts[-1].data["received"]["kind"] == "rebalance"
+    assert w.state(a) is HostState.OPEN and w.cluster.hosts[a].notice is None
+    # ... and a real warning still acts.
+    w.notice(a, NoticeKind.PREEMPTION, event_id="aws-spot", deadline=600.0)
+    assert w.state(a) is HostState.CLOSED
+
+
+def test_a_maintenance_notice_read_again_after_its_reboot_does_not_close_the_host() -> None:
+    w = World()
+    a = w.join("a", boot="b1")
+    w.notice(a, NoticeKind.MAINTENANCE, event_id="ev-1", deadline=900.0, impact=Impact.REBOOT)
+    w.now = 950.0
+    w.join("a", boot="b2")
+    assert w.state(a) is HostState.OPEN
+    w.notice(a, NoticeKind.MAINTENANCE, event_id="ev-1", deadline=900.0, impact=Impact.REBOOT)
+    assert w.state(a) is HostState.OPEN
+    w.notice(a, NoticeKind.MAINTENANCE, event_id="ev-2", deadline=2000.0, impact=Impact.REBOOT)
+    assert w.state(a) is HostState.CLOSED  # the next event is a new one
+
+
+def test_the_notices_that_are_over_survive_a_replay_and_stay_few() -> None:
+    w = World()
+    a = w.join("a")
+    for i in range(12):
+        w.notice(a, NoticeKind.MAINTENANCE, event_id=f"ev-{i}", deadline=900.0)
+        w.notice(a, NoticeKind.MAINTENANCE, event_id=f"ev-{i}", state=NoticeState.ENDED)
+    done = w.cluster.hosts[a].done_notices
+    assert done == tuple(f"ev-{i}" for i in range(4, 12))
+    replayed = Cluster()
+    for fact in w.facts:
+        apply(replayed, fact)
+    assert replayed.hosts[a] == w.cluster.hosts[a]

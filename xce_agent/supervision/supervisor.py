@@ -9,22 +9,21 @@ delays another one's exit handling.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 import random
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.cgroups import CgroupTree
+from xce_agent.supervision.event_queue import EventQueue
 from xce_agent.supervision.identity import ProcessIdentity, current
-from xce_agent.supervision.output import PAUSE, OutputPipe
+from xce_agent.supervision.output_reader import OutputReaders
 from xce_agent.supervision.probes import run_probe
 from xce_agent.supervision.process import Handle, ProcessRunner, SpawnError
 from xce_agent.supervision.reactor import Reactor, TimerHandle
@@ -32,7 +31,6 @@ from xce_agent.supervision.spec import ComponentSpec, ProbeSpec, RestartPolicy, 
 from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
-output_log = logging.getLogger("xce_agent.component")
 
 ChangeCallback = Callable[[str, m.ComponentState], None]
 DecommissionCallback = Callable[[str, int], None]
@@ -78,7 +76,6 @@ class Supervisor:
         on_output: Callable[[str], None] | None = None,
     ) -> None:
         self.specs: dict[str, ComponentSpec] = {}
-        self.on_output = on_output
         self._states: dict[str, m.ComponentState] = {}
         self.reactor = reactor
         self._runner = runner or ProcessRunner()
@@ -91,15 +88,10 @@ class Supervisor:
         self._probe = probe
         self._timers: dict[str, TimerHandle] = {}
         self._drains: dict[str, TimerHandle] = {}
-        self._queue: deque[tuple[str, m.Event]] = deque()
-        self._draining = False
-        self._output_dir = output_dir
+        self._events: EventQueue[m.Event] = EventQueue(self._apply)
         self.gate: Gate | None = None
-        self.outputs: dict[str, OutputPipe] = {}
-        self._paused: set[str] = set()
+        self._outputs = OutputReaders(output_dir, reactor, on_output)
         self._killed: set[str] = set()
-        if output_dir is not None:
-            output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for spec in specs:
             self.add(spec)
 
@@ -108,10 +100,7 @@ class Supervisor:
         self.specs[spec.name] = spec
         self.retiring.discard(spec.name)  # back in the config before its removal finished
         self._states.setdefault(spec.name, m.ComponentState())
-        if self._output_dir is not None and spec.name not in self.outputs:
-            pipe = OutputPipe(self._output_dir / f"{spec.name}.out")
-            self.outputs[spec.name] = pipe
-            self.reactor.add_reader(pipe.fd, functools.partial(self._read_output, spec.name))
+        self._outputs.open(spec.name)
 
     def replace(self, spec: ComponentSpec, reason: str) -> None:
         """A changed config for a known component: applied now, restarting it if it runs."""
@@ -258,8 +247,7 @@ class Supervisor:
         return {name: handle.identity for name, handle in self._handles.items()}
 
     def tail(self, name: str) -> tuple[str, ...]:
-        pipe = self.outputs.get(name)
-        return tuple(pipe.tail) if pipe else ()
+        return self._outputs.tail(name)
 
     def idle(self) -> bool:
         """No process is running and none is being started or stopped."""
@@ -275,23 +263,11 @@ class Supervisor:
             handle = self._handles.pop(name)
             self.reactor.remove_reader(handle.pidfd)
             os.close(handle.pidfd)
-        for name, pipe in self.outputs.items():
-            self._read_output(name)
-            self.reactor.remove_reader(pipe.fd)
-            pipe.close()
-        self.outputs.clear()
+        self._outputs.close_all()
 
     # --- event processing -------------------------------------------------------------
     def post(self, name: str, event: m.Event) -> None:
-        self._queue.append((name, event))
-        if self._draining:
-            return
-        self._draining = True
-        try:
-            while self._queue:
-                self._apply(*self._queue.popleft())
-        finally:
-            self._draining = False
+        self._events.post(name, event)
 
     def _apply(self, name: str, event: m.Event) -> None:
         spec = self.specs.get(name)
@@ -344,21 +320,16 @@ class Supervisor:
         if waited < 5.0 and not self._runner.ready(spec):
             # Its previous scope is still known to systemd (for a few ms after it emptied):
             # the same unit name cannot be started again until it is gone.
-            self.reactor.call_later(0.01, lambda: self._spawn_later(name, waited + 0.01))
+            self.reactor.call_later(0.01, lambda: self._spawn(name, waited + 0.01))
             return
         try:
-            handle = self._runner.spawn(spec, self.outputs.get(name))
+            handle = self._runner.spawn(spec, self._outputs.pipe(name))
         except SpawnError as exc:
             log.error("%s: cannot start: %s", name, exc)
-            self._queue.append((name, m.SpawnFailed(str(exc))))
+            self.post(name, m.SpawnFailed(str(exc)))
             return
         self._watch(name, handle)
-        self._queue.append((name, m.Spawned(handle.pid)))
-
-    def _spawn_later(self, name: str, waited: float) -> None:
-        self._spawn(name, waited)
-        if self._queue and not self._draining:  # what the spawn queued (Spawned, SpawnFailed)
-            self.post(*self._queue.popleft())
+        self.post(name, m.Spawned(handle.pid))
 
     def _watch(self, name: str, handle: Handle) -> None:
         self._handles[name] = handle
@@ -369,8 +340,7 @@ class Supervisor:
         code, signum = self._runner.reap(handle)
         if self._handles.get(name) is handle:
             del self._handles[name]
-        if name in self.outputs and name not in self._paused:
-            self._read_output(name)
+        self._outputs.read_unless_paused(name)
         self.post(name, m.Exited(code, signum, handle.pid))
 
     def _watch_drain(self, name: str, interval: float = 0.01) -> None:
@@ -395,10 +365,7 @@ class Supervisor:
         del self.specs[name]
         state = self._states.pop(name)
         self._schedule(name, m.ComponentState())
-        pipe = self.outputs.pop(name, None)
-        if pipe is not None:
-            self.reactor.remove_reader(pipe.fd)
-            pipe.close()
+        self._outputs.close(name)
         if self._runner.cgroups is not None:
             self._runner.cgroups.remove(name)
         log.info("%s: removed", name)
@@ -415,26 +382,6 @@ class Supervisor:
             self.reactor.call_soon_threadsafe(lambda: self.post(name, m.ProbeResult(ok, detail)))
 
         threading.Thread(target=work, name=f"probe-{name}", daemon=True).start()
-
-    def _read_output(self, name: str) -> None:
-        pipe = self.outputs.get(name)
-        if pipe is None:
-            return
-        batch = pipe.read()
-        for line in batch.lines:
-            output_log.info("%s: %s", name, line)
-        if batch.lines and self.on_output is not None:
-            self.on_output(name)
-        if batch.throttled and name not in self._paused:
-            # Over the rate: let the pipe hold the flood for a while instead of reading it.
-            self._paused.add(name)
-            self.reactor.remove_reader(pipe.fd)
-            self.reactor.call_later(PAUSE, lambda: self._resume_output(name, pipe))
-
-    def _resume_output(self, name: str, pipe: OutputPipe) -> None:
-        self._paused.discard(name)
-        if self.outputs.get(name) is pipe:
-            self.reactor.add_reader(pipe.fd, functools.partial(self._read_output, name))
 
     def _log_change(self, name: str, before: m.ComponentState, after: m.ComponentState) -> None:
         detail = after.reason or (after.last_exit.describe() if after.last_exit else "")
