@@ -213,9 +213,8 @@ def demo() -> None:
 )
 @click.option(
     "--on-join-timeout",
-    default="poweroff",
-    show_default=True,
-    help="At the join deadline: poweroff, none, or a command line.",
+    default=None,
+    help="At the join deadline: poweroff (the default), none, or a command line.",
 )
 def render_user_data(
     controller_url: str,
@@ -230,13 +229,11 @@ def render_user_data(
     cloud_notices: str,
     plain_http: bool,
     join_deadline: str,
-    on_join_timeout: str,
+    on_join_timeout: str | None,
 ) -> None:
     """Print cloud-init user-data that installs the config and starts the agent."""
-    import shlex
-
     from xce_agent.userdata import UserData, render
-    from xce_protocol.validation import parse_duration
+    from xce_protocol.validation import MAX_DURATION, parse_duration
 
     if not controller_url.startswith(("http://", "https://")):
         raise UsageError(
@@ -249,11 +246,18 @@ def render_user_data(
             f"--controller-url: expected an https:// URL (http:// only to loopback, "
             f"or with --plain-http), got {controller_url!r}"
         )
-    if join_deadline and (parse_duration(join_deadline) or 0) < 5:
+    seconds = parse_duration(join_deadline) if join_deadline else 5.0
+    if seconds is None or not 5 <= seconds <= MAX_DURATION:
         raise UsageError(
-            f"--join-deadline: expected a duration of 5s or more (like 15m), got {join_deadline!r}"
+            "--join-deadline: expected a duration from 5s to 168h (like 15m), "
+            f"got {join_deadline!r}"
         )
-    action = on_join_timeout.strip()
+    if on_join_timeout is not None and not join_deadline:
+        # The agent refuses the key alone too: an action that can never run is a mistake.
+        raise UsageError("--on-join-timeout: expected --join-deadline beside it (when to act)")
+    action = "poweroff" if on_join_timeout is None else on_join_timeout.strip()
+    if action not in ("poweroff", "none"):
+        command = _words("--on-join-timeout", action, "poweroff, none or a command line")
     data = UserData(
         controller_url=controller_url.rstrip("/"),
         template=template,
@@ -262,11 +266,24 @@ def render_user_data(
         provider=provider,
         token=token_file.read().strip() if token_file else "",
         ca_pem=ca_file.read() if ca_file else "",
-        worker_command=tuple(shlex.split(worker_command)),
+        worker_command=_words("--worker-command", worker_command, "a command line"),
         worker_user=worker_user,
         cloud_provider=cloud_notices,
         plain_http=plain_http,
         join_deadline=join_deadline,
-        on_join_timeout=action if action in ("poweroff", "none") else tuple(shlex.split(action)),
+        on_join_timeout=action if action in ("poweroff", "none") else command,
     )
     click.echo(render(data), nl=False)
+
+
+def _words(option: str, text: str, expected: str) -> tuple[str, ...]:
+    """A command line split as a shell would; a one-line error for none or an open quote."""
+    import shlex
+
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"{option}: expected {expected}, got {text!r} ({exc})") from None
+    if not words:
+        raise UsageError(f"{option}: expected {expected}, got {text!r}")
+    return words

@@ -23,6 +23,7 @@ from xce_agent.metrics_config import MetricsConfig, parse_metrics
 from xce_agent.notice_relay import with_notice_file
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol import names
+from xce_protocol.protocol import MAX_COMPONENTS
 from xce_protocol.roles import KNOWN_ROLES
 from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict, SourceError, load_file, read_regular_file
@@ -370,6 +371,9 @@ def _roles(
                 seen.add(parsed.name)
                 _one_per_lease(parsed, components, f"roles.{role}.components.{name}", line, c)
                 components.append(parsed)
+    if len(components) > MAX_COMPONENTS:  # the controller refuses every heartbeat then
+        expected = f"at most {MAX_COMPONENTS} components (what a heartbeat may report)"
+        c.report("roles", expected, f"{len(components)}", node.line)
     return tuple(roles), tuple(components)
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from xce_protocol.atomic_file import write_atomic
 from xce_protocol.validation import Checker, describe, join_path
@@ -48,6 +49,10 @@ class JoinRecord:
     first_start: float  # wall clock: the deadline counts from here
     joined: bool = False
     gave_up_at: float | None = None
+    # The kernel's boot and its monotonic clock at first_start: within that boot they tell
+    # the time since the first start, whatever the wall clock did meanwhile.
+    boot_id: str = ""
+    first_mono: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,26 +114,69 @@ def step(watch: Watch, event: Event, now: float) -> tuple[Watch, tuple[Action, .
 # --- the record on disk -------------------------------------------------------------------
 
 
-def load(directory: Path, instance_id: str, now: float) -> JoinRecord:
-    """This instance's record; a fresh one (saved) for a new instance or a missing file."""
+def load(
+    directory: Path,
+    instance_id: str,
+    now: float,
+    joined_before: bool = False,
+    boot: tuple[str, float] | None = None,
+) -> JoinRecord:
+    """This instance's record; a fresh one (saved) for a new instance or a missing file.
+
+    `joined_before`: the state directory holds a credential the controller issued to this
+    instance (it joined before this record existed, or the record was lost): a host that
+    joined once never gives itself up. `boot`: the kernel's boot id and its monotonic clock
+    now. In the boot of the first start the deadline counts on the monotonic clock (a wall
+    clock corrected forward since, then an agent restart, gave up at once); from an earlier
+    boot only the wall clock tells, and a first start in the future (a clock stepped back
+    since) counts from now, or the deadline could be put off without bound.
+    """
     path = directory / RECORD_FILE
     try:
-        data = json.loads(path.read_text())
-        record = JoinRecord(
-            str(data["instance_id"]),
-            float(data["first_start"]),
-            bool(data["joined"]),
-            None if data.get("gave_up_at") is None else float(data["gave_up_at"]),
-        )
+        record: JoinRecord | None = _parse(json.loads(path.read_text()))
     except FileNotFoundError:
         record = None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("%s unreadable (%s): the join deadline counts from now", path, exc)
         record = None
+    fresh = record is None or record.instance_id != instance_id
     if record is None or record.instance_id != instance_id:
         record = JoinRecord(instance_id, now)
-        save(directory, record)
-    return record
+    first = record.first_start
+    if boot is not None and boot[0] == record.boot_id != "" and record.first_mono is not None:
+        first = now - max(0.0, boot[1] - record.first_mono)
+    elif first > now:
+        log.warning("%s: first start is in the future: the join deadline counts from now", path)
+        first = now
+    updated = replace(record, first_start=first, joined=record.joined or joined_before)
+    if boot is not None:
+        updated = replace(updated, boot_id=boot[0], first_mono=boot[1] - (now - first))
+    if fresh or updated != record:
+        save(directory, updated)
+    return updated
+
+
+def _parse(data: Any) -> JoinRecord:
+    joined, gave_up = data["joined"], data.get("gave_up_at")
+    boot, mono = data.get("boot_id", ""), data.get("first_mono")
+    if not isinstance(joined, bool):
+        raise TypeError(f"joined is {describe(joined)}, not true or false")
+    if not isinstance(boot, str):
+        raise TypeError(f"boot_id is {describe(boot)}, not a string")
+    return JoinRecord(
+        str(data["instance_id"]),
+        _time(data["first_start"]),
+        joined,
+        None if gave_up is None else _time(gave_up),
+        boot,
+        None if mono is None else _time(mono),
+    )
+
+
+def _time(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"a time is {describe(value)}, not a finite number")
+    return float(value)
 
 
 def save(directory: Path, record: JoinRecord) -> None:

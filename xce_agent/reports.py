@@ -12,7 +12,7 @@ from xce_agent import __version__
 from xce_agent.config import AgentConfig
 from xce_agent.state import AgentState
 from xce_agent.supervision.process import boot_id
-from xce_protocol.protocol import PROTOCOL
+from xce_protocol.protocol import MAX_LAST_EXIT, PROTOCOL
 
 
 def host_name(config: AgentConfig) -> str:
@@ -72,9 +72,17 @@ class Reports:
                     "state": c.phase,
                     "pid": c.pid,
                     "restarts": c.restarts,
-                    "last_exit": c.last_exit,
+                    "last_exit": _clipped(c.last_exit),
                     "code": c.code,
                 }
                 for c in state.components
             ],
         }
+
+
+def _clipped(text: str | None) -> str | None:
+    """A last exit the controller takes: a failure to start names the command's path, which
+    may be longer than a heartbeat carries (the controller refused every heartbeat then)."""
+    if text is None or len(text) <= MAX_LAST_EXIT:
+        return text
+    return text[: MAX_LAST_EXIT - 3] + "..."

@@ -31,7 +31,7 @@ def on_report(
     """The facts a heartbeat's component report makes due for `host`."""
     workers = _workers(report.get("components") or ())
     fatal = [c for c in workers if c.get("state") == "fatal"]
-    ours = host.state is HostState.CLOSED and host.reason.startswith(WORKER_FATAL)
+    ours = _closed_here(host)
     if fatal:
         if host.state is not HostState.OPEN and not (ours and cfg.on_worker_fatal == "replace"):
             return []  # already closed for it, draining, or closed by an admin
@@ -58,6 +58,18 @@ def on_report(
             lc.fact("state", now, lc.CONTROLLER, key=host.key, state="open", why=why, code=opened)
         ]
     return []
+
+
+def _closed_here(host: Host) -> bool:
+    """Whether the close in force is this module's, by its reason code: an admin's reason is
+    free text, and a loss and the return from it in between leave the close as it was (its
+    reason then says "heartbeat resumed")."""
+    if host.state is not HostState.CLOSED:
+        return False
+    for change in reversed(host.history):
+        if change.code not in (Reason.HEARTBEAT_LOST, Reason.HEARTBEAT_RESUMED):
+            return change.code == Reason.WORKER_FATAL_CLOSED
+    return False
 
 
 def _recoded(fact: Fact, code: Reason) -> Fact:

@@ -22,10 +22,17 @@ def gave_up(
     who = f"host {req.name} (instance {req.instance_id or '-'})"
     if record is None:
         raise Refused("not_found", 404, f"{who}: no expected instance to give up")
+    if req.instance_id and record.instance_id and record.instance_id != req.instance_id:
+        # Found by its expected name: another instance's record, which its join would not
+        # have taken either (409 duplicate); marked overdue, a booting instance was returned.
+        why = f"{who}: no expected instance to give up ({req.name} is {record.instance_id}'s)"
+        raise Refused("not_found", 404, why)
     if proof(record, cfg, req.token, now) not in (Proof.JOIN_TOKEN, Proof.EXPIRED):
         raise Refused("unauthorized", 401, f"{who}: join token missing or wrong")
     if record.state not in WAITING or record.incarnation > 0:
         raise Refused("conflict", 409, f"{who}: its record is {record.state.value}, not waiting")
+    if record.history and record.history[-1].code == Reason.JOIN_GAVE_UP:
+        return record, []  # said before: each repeat added a fact, without bound
     why = f"agent gave up joining: {reason}" if reason else "agent gave up joining"
     code = Reason.JOIN_GAVE_UP
     overdue = fact("state", now, CONTROLLER, key=record.key, state="overdue", why=why, code=code)

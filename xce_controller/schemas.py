@@ -24,6 +24,7 @@ from xce_controller.pydantic_versions import (
     text,
 )
 from xce_protocol import names
+from xce_protocol.protocol import MAX_COMPONENTS, MAX_LAST_EXIT
 
 if TYPE_CHECKING:  # what the type checker reads; pydantic reads the constrained types
     Short = str
@@ -129,7 +130,7 @@ class ComponentReport(Lenient):
     state: str = Field(max_length=32)
     pid: Optional[int] = None
     restarts: int = 0
-    last_exit: Optional[str] = Field(None, max_length=512)
+    last_exit: Optional[str] = Field(None, max_length=MAX_LAST_EXIT)
 
     check_numbers = json_numbers("pid", "restarts", integer=True)
 
@@ -139,7 +140,7 @@ class HeartbeatBody(Lenient):
     instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
     boot_id: str = Field("", max_length=64)
     agent_state: str = Field("running", max_length=64)
-    components: list[ComponentReport] = items(list, max_length=64)
+    components: list[ComponentReport] = items(list, max_length=MAX_COMPONENTS)
     renew: bool = Field(
         False, description="the agent (re)started: issue the credential of a new incarnation"
     )

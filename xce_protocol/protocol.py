@@ -16,6 +16,8 @@ from typing import Any
 PROTOCOL = "1.1"  # 1.1: host credentials issued at join, sent on every later call
 MAJOR = PROTOCOL.split(".", maxsplit=1)[0]
 BUSY = frozenset({429, 503})  # the only answers whose Retry-After is honoured
+MAX_COMPONENTS = 64  # a heartbeat reports at most this many (an agent's config has no more)
+MAX_LAST_EXIT = 512  # characters of a component's last exit a heartbeat carries
 
 
 class Outcome(enum.Enum):

@@ -84,3 +84,42 @@ def test_other_roles_and_other_states_change_nothing() -> None:
     for rep in reports:
         heartbeat(w, key, rep)
     assert w.state(key) is HostState.OPEN
+
+
+def test_a_loss_in_between_does_not_keep_the_host_closed_for_ever() -> None:
+    # Closed for the crash loop, then lost (the host rebooted while the operator fixed the
+    # worker, or the network dropped longer than the grace): heard again it is closed with
+    # "heartbeat resumed", and the worker that runs again must still open it.
+    w, key = joined()
+    heartbeat(w, key, report("fatal"))
+    w.tick(w.now + w.cfg.host_loss_grace + 1)
+    assert w.state(key) is HostState.LOST
+    w.heartbeat(key)
+    assert w.state(key) is HostState.CLOSED
+    assert w.cluster.hosts[key].history[-1].code == "heartbeat_resumed"
+    heartbeat(w, key, report("running"))
+    assert w.state(key) is HostState.OPEN
+    assert w.cluster.hosts[key].history[-1].code == "worker_recovered"
+
+
+def test_an_admin_close_that_names_the_crash_loop_is_still_the_admins() -> None:
+    # The admin's reason is free text: one that starts as the controller's own did made the
+    # worker's recovery open a host the admin had closed.
+    w, key = joined()
+    heartbeat(w, key, report("fatal"))
+    host = w.cluster.hosts[key]
+    why = "worker crash loop: looking into it"
+    w.commit(lc.control(w.cluster, w.cfg, w.now, "admin", host, AdminAction.CLOSE, why=why))
+    heartbeat(w, key, report("running"))
+    assert w.state(key) is HostState.CLOSED
+    assert w.cluster.hosts[key].history[-1].by == "admin"
+
+
+def test_an_admin_who_opens_a_host_whose_worker_is_still_fatal_sees_it_closed_again() -> None:
+    w, key = joined()
+    heartbeat(w, key, report("fatal"))
+    w.commit(lc.control(w.cluster, w.cfg, w.now, "admin", w.cluster.hosts[key], AdminAction.OPEN))
+    assert w.state(key) is HostState.OPEN
+    heartbeat(w, key, report("fatal"))
+    assert w.state(key) is HostState.CLOSED
+    assert w.cluster.hosts[key].history[-1].code == "worker_fatal_closed"

@@ -184,6 +184,20 @@ def test_controller_config_still_loads_with_anchors(tmp_path: Path) -> None:
     assert set(config.templates) == {"default", "b"}
 
 
+def test_more_components_than_a_heartbeat_may_report_are_refused(tmp_path: Path) -> None:
+    # 65 passed validate, and the controller refused every heartbeat of that host (422): it
+    # was lost while it ran, and a crash loop it had could never close it.
+    def text(n: int) -> str:
+        comps = "".join(f"      c{i}: {{command: [{PY}, -c, pass]}}\n" for i in range(n - 1))
+        return HEAD + comps
+
+    (problem,) = problems(tmp_path, text(65))
+    assert problem.startswith("roles: expected at most 64 components"), problem
+    path = tmp_path / "ok.yaml"
+    path.write_text(text(64))
+    assert len(load_config(path, instance_data=tmp_path / "none.json").components) == 64
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [("30s", 30.0), ("1s", 1.0), ("1h", 3600.0), ("2.5", 2.5)],

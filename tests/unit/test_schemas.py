@@ -75,3 +75,24 @@ def test_resources_keep_their_json_types() -> None:
     body = _make(JoinBody, host="n1", resources={"gpu": 4, "mem": "192G", "ghz": 3.5})
     assert body.resources == {"gpu": 4, "mem": "192G", "ghz": 3.5}
     assert type(body.resources["gpu"]) is int and type(body.resources["mem"]) is str
+
+
+def test_the_agents_heartbeat_of_a_worker_that_cannot_start_is_taken(tmp_path: Any) -> None:
+    # A worker removed under a long path fails to start with the path in its last exit: 637
+    # characters were refused (422) on every heartbeat, so the host was lost, not closed.
+    from xce_agent.config import load_config
+    from xce_agent.reports import Reports
+    from xce_agent.state import AgentState, ComponentRecord
+
+    config = tmp_path / "agent.yaml"
+    config.write_text(
+        "version: 1\ninstance: {id: i-1, host_name: h1}\n"
+        "roles:\n  worker:\n    components:\n      w: {command: [/bin/true]}\n"
+        f"state_directory: {tmp_path}/state\n"
+    )
+    why = "failed to start: [Errno 2] No such file or directory: '/" + "d" * 620 + "'"
+    comp = ComponentRecord("w", "worker", "fatal", last_exit=why)
+    reports = Reports(load_config(config), lambda: AgentState(components=(comp,)))
+    body = _make(HeartbeatBody, **reports.heartbeat())
+    (sent,) = body.components
+    assert sent.state == "fatal" and sent.last_exit.startswith("failed to start: [Errno 2]")
