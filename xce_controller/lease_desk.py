@@ -21,6 +21,11 @@ from xce_controller.store import Store
 
 log = logging.getLogger(__name__)
 
+# Every lease ever granted stays (its token must never repeat): a row, its facts and its metric
+# series. A cluster needs a few (the provisioner's); any host credential could otherwise create
+# new names without end.
+MAX_LEASES = 256
+
 
 class LeaseWatcher(Protocol):
     def committed(self, facts: list[Fact]) -> None: ...
@@ -78,6 +83,12 @@ class LeaseDesk:
         self, name: str, host: str, session: str, ttl: float, key: str = ""
     ) -> leases.Lease:
         _check_name(name)
+        if name not in self.book.leases and len(self.book.leases) >= MAX_LEASES:
+            raise Refused(
+                "lease_limit",
+                409,
+                f"the controller keeps at most {MAX_LEASES} leases, and {name} would be a new one",
+            )
         return self._step(leases.Acquire(name, host, session, ttl, self.wall(), key))
 
     def release(self, name: str, host: str, session: str, key: str = "") -> leases.Lease:
