@@ -23,6 +23,10 @@ from xce_controller.model import (
 )
 
 PAST_CREDENTIALS = 8  # earlier credentials kept to tell a stale incarnation from a wrong one
+# A host's record keeps its newest changes; the whole story stays in the facts (`xcecli why`).
+# Unbounded, a host flapping for months (or reporting a crash loop on and off) made every
+# change cost the length of its history, and every answer about it carry all of it.
+HISTORY_KEPT = 100
 
 
 def apply(cluster: Cluster, fact: Fact) -> set[str]:
@@ -35,7 +39,8 @@ def apply(cluster: Cluster, fact: Fact) -> set[str]:
 
 def _with_state(host: Host, state: HostState, fact: Fact, why: str) -> Host:
     change = Change(fact.at, state, fact.by, why, str(fact.data.get("code", "")))
-    return evolve(host, state=state, reason=why, history=(*host.history, change))
+    history = (*host.history[-(HISTORY_KEPT - 1) :], change)
+    return evolve(host, state=state, reason=why, history=history)
 
 
 def _expected(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:

@@ -398,3 +398,21 @@ def test_bad_cluster_config(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_cluster_config(path)
     assert message in [p.replace(str(path), "F") for p in info.value.problems]
+
+
+def test_a_hosts_record_keeps_its_newest_changes_and_the_facts_keep_them_all() -> None:
+    from xce_controller.facts import HISTORY_KEPT
+
+    w = World()
+    key = w.join("flappy")
+    before = w.cluster.hosts[key].history
+    facts: list[Fact] = []
+    for i in range(2 * HISTORY_KEPT):
+        action = AdminAction.CLOSE if i % 2 == 0 else AdminAction.OPEN
+        host = w.cluster.hosts[key]
+        facts += w.commit(lc.control(w.cluster, w.cfg, float(i + 1), "admin", host, action))
+    history = w.cluster.hosts[key].history
+    assert len(history) == HISTORY_KEPT
+    assert history[-1].at == float(2 * HISTORY_KEPT) and history[-1].state is HostState.OPEN
+    assert sum(1 for f in facts if f.kind == "state") == 2 * HISTORY_KEPT  # nothing lost
+    assert before and before[0] not in history
