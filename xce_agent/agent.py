@@ -145,7 +145,7 @@ class Agent:
             HttpLeaseCalls(lambda: self.controller.lease_client, self.controller.credential),
         )
         self.supervisor.gate = self.singletons
-        self.singletons.on_change = self._update_metrics
+        self.singletons.on_change = self._singletons_changed
         self.join_guard = JoinGuard(
             config, self.reactor, lambda: self.state.membership.detail, self.host
         )
@@ -222,6 +222,7 @@ class Agent:
             instance_id=self.config.instance.id,
             roles=self.config.roles,
             notices=(),  # the watcher reads every item again
+            singletons=self.singletons.status(),
         )
         self._save()
 
@@ -359,6 +360,8 @@ class Agent:
             self._log_standing(before, after)
             self.state = replace(self.state, membership=after)
             self._save()
+        if after.decommissioned:
+            self.singletons.bar(f"host decommissioned ({after.detail})")
         if after.standing is ms.Standing.CONNECTED:
             self.join_guard.accepted()  # accepted once: the join deadline no longer applies
         if isinstance(event, ms.ConfirmedActive) and actions:
@@ -448,6 +451,10 @@ class Agent:
         worker = spec is not None and spec.role in ms.JOIN_FIRST_ROLES
         if cstate.phase is m.Phase.FATAL and worker:
             self.controller.report_now()
+
+    def _singletons_changed(self) -> None:
+        self.state = replace(self.state, singletons=self.singletons.status())
+        self._save()  # and the metrics
 
     def _decommission_exit(self, name: str, code: int) -> None:
         log.warning("%s exited with code %d (rejoin refused): asking the controller", name, code)

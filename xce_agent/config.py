@@ -369,8 +369,28 @@ def _roles(
                         comps.key_lines.get(name, 0) if comps else 0,
                     )
                 seen.add(parsed.name)
+                _one_per_lease(parsed, components, f"roles.{role}.components.{name}", line, c)
                 components.append(parsed)
     if len(components) > MAX_COMPONENTS:  # the controller refuses every heartbeat then
         expected = f"at most {MAX_COMPONENTS} components (what a heartbeat may report)"
         c.report("roles", expected, f"{len(components)}", node.line)
     return tuple(roles), tuple(components)
+
+
+def _one_per_lease(
+    spec: ComponentSpec, earlier: list[ComponentSpec], path: str, line: int, c: Checker
+) -> None:
+    """Two singletons of one host under one lease would share its hold (one agent run is
+    one holder): both would run at once, and a release by one frees the lease while the
+    other still runs."""
+    if spec.singleton is None:
+        return
+    lease = spec.singleton.lease
+    other = next((e for e in earlier if e.singleton and e.singleton.lease == lease), None)
+    if other is not None:
+        c.report(
+            f"{path}.singleton",
+            "a lease no other component of the host uses",
+            f"lease {lease!r}, also {other.name}'s",
+            line,
+        )

@@ -101,7 +101,8 @@ class Operator:
 
     def _refuse_start(self, spec: ComponentSpec) -> str:
         tomb = self.agent.state.tombstone
-        if tomb is not None and spec.role in JOIN_FIRST_ROLES:
+        if tomb is not None and (spec.role in JOIN_FIRST_ROLES or spec.singleton is not None):
+            # A singleton too: no lease is granted to a decommissioned host.
             return f"{spec.name}: this host was decommissioned ({tomb.reason}); it never starts"
         return ""
 

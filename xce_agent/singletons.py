@@ -23,15 +23,17 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from xce_agent import fence
 from xce_agent import lease_holder as lh
 from xce_agent.metrics_leases import LeaseCounts, SingletonSample, count
+from xce_agent.singleton_holds import SingletonHold
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.event_queue import EventQueue
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 from xce_agent.supervision.spec import ComponentSpec
+from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ class Singletons:
         # An action (a start) may report back (the component is up) before the actions of
         # the event that caused it are all done.
         self._events: EventQueue[lh.Event] = EventQueue(self._apply)
+        self.barred = ""  # why no lease can be held here any more (the host was decommissioned)
         self.on_change: Callable[[], None] = lambda: None  # what metrics show changed
         for spec in specs:
             if spec.singleton is not None:
@@ -110,7 +113,18 @@ class Singletons:
 
     # --- from the agent ---------------------------------------------------------------
     def want(self, name: str, reason: str) -> None:
-        self._post(name, lh.Want(reason))
+        if not self.barred:
+            self._post(name, lh.Want(reason))
+
+    def bar(self, reason: str) -> None:
+        """The host was decommissioned: no hold can be renewed, no lease granted again. Stop
+        every singleton now, not at its hold's deadline, and stop asking (each request was
+        refused, every ttl/3, for as long as the agent ran)."""
+        if self.barred:
+            return
+        self.barred = reason
+        for name in self.leases:
+            self._post(name, lh.Unwant(reason))
 
     def unwant(self, name: str, reason: str) -> None:
         self._post(name, lh.Unwant(reason))
@@ -137,6 +151,8 @@ class Singletons:
         lease = self.leases.get(name)
         if lease is None or lease.state.phase is lh.Phase.HOLDING:
             return ""
+        if self.barred:
+            return f"never starts here: {self.barred}"
         detail = f" (last answer: {lease.state.detail})" if lease.state.detail else ""
         return f"starts once this host holds lease {lease.terms.lease}{detail}"
 
@@ -144,17 +160,17 @@ class Singletons:
         """A lease is still to be given back (a graceful stop waits for it)."""
         return any(le.state.phase is lh.Phase.RELEASING for le in self.leases.values())
 
-    def status(self) -> dict[str, dict[str, Any]]:
-        return {
-            name: {
-                "lease": le.terms.lease,
-                "phase": le.state.phase.value,
-                "token": le.state.token,
-                "detail": le.state.detail,
-                "code": le.state.code,
-            }
-            for name, le in self.leases.items()
-        }
+    def status(self) -> tuple[SingletonHold, ...]:
+        """Each singleton's hold, for `xce-agent status`."""
+        return tuple(self._hold(name, le) for name, le in self.leases.items())
+
+    def _hold(self, name: str, lease: _Lease) -> SingletonHold:
+        state = lease.state
+        detail, code = state.detail, state.code
+        if state.phase is lh.Phase.IDLE:  # the last answer is history; why nothing is asked
+            barred = Reason.REFUSED_DECOMMISSIONED.value
+            detail, code = (self.barred, barred) if self.barred else ("", code)
+        return SingletonHold(name, lease.terms.lease, state.phase.value, state.token, detail, code)
 
     def samples(self) -> tuple[SingletonSample, ...]:
         return tuple(
@@ -259,6 +275,7 @@ class Singletons:
         os.set_blocking(write, False)
         lease.pipe = (read, write)
         env = {fence.FD_ENV: str(read), fence.NAME_ENV: lease.terms.lease}
+        env[fence.AGENT_ENV] = str(os.getpid())
         self.components.set_env(lease.name, env, (read,))
         self._tell_fence(lease, token, valid_until)
 

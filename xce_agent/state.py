@@ -16,11 +16,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from xce_agent import pending_notices
+from xce_agent import pending_notices, singleton_holds
 from xce_agent.component_config import NAME
 from xce_agent.errors import StateError
 from xce_agent.membership import MembershipState, Standing
 from xce_agent.pending_notices import PendingNotice
+from xce_agent.singleton_holds import SingletonHold
 from xce_protocol.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ class AgentState:
     containment: str = ""  # how components are contained: a cgroup, or process groups and why
     cgroup_root: str = ""  # the agent's delegated cgroup, when it has one
     notices: tuple[PendingNotice, ...] = ()  # the provider's notices pending (status shows them)
+    singletons: tuple[SingletonHold, ...] = ()  # each singleton's lease hold (status shows them)
 
     def component(self, name: str) -> ComponentRecord | None:
         return next((c for c in self.components if c.name == name), None)
@@ -148,6 +150,7 @@ class AgentState:
             "containment": self.containment,
             "cgroup_root": self.cgroup_root,
             "notices": [n.to_json() for n in self.notices],
+            "singletons": [h.to_json() for h in self.singletons],
         }
 
     @classmethod
@@ -179,6 +182,7 @@ class AgentState:
                 containment=str(data.get("containment", "")),
                 cgroup_root=str(data.get("cgroup_root", "")),
                 notices=pending_notices.from_json(data.get("notices")),
+                singletons=singleton_holds.from_json(data.get("singletons")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None

@@ -13,6 +13,7 @@ import time
 from xce_agent.credential import HostCredential
 from xce_agent.membership import standing_code
 from xce_agent.pending_notices import PendingNotice
+from xce_agent.singleton_holds import describe
 from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.status_line import status_line
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
@@ -134,6 +135,7 @@ def render_status(
         f"{'RESTARTS':>8}  LAST EXIT"
     )
     lines.append(header)
+    holds = {h.component: h for h in state.singletons}
     for comp in state.components:
         phase = _phase(comp, live)
         pid = str(comp.pid) if comp.pid else "-"
@@ -150,6 +152,9 @@ def render_status(
             lines.append(f"  note: {comp.note}")
         if comp.limits:
             lines.append(f"  limits: {comp.limits}")
+        if comp.name in holds:
+            stale = "" if live else " (as last saved: the agent is not running)"
+            lines.append(printable(f"  lease: {describe(holds[comp.name])}{stale}"))
         for line in comp.tail[-TAIL_LINES:]:
             lines.append(f"  | {line}")
     return "\n".join(lines)

@@ -268,7 +268,7 @@ def create_app(ctl: Controller) -> FastAPI:
         request: Request, lease: str, body: LeaseBody, credential: Bearer = HOST_CREDENTIAL
     ) -> dict[str, Any]:
         host = ctl.agent_host(body.host, "", token_of(credential), _peer(request))
-        held = ctl.leases.acquire(lease, host.name, body.session, body.ttl)
+        held = ctl.leases.acquire(lease, host.name, body.session, body.ttl, host.key)
         return {"protocol": PROTOCOL, **ctl.leases.describe(held)}
 
     @app.delete("/v1/leases/{lease}", response_model=LeaseAnswer, responses=ERRORS)
@@ -280,7 +280,7 @@ def create_app(ctl: Controller) -> FastAPI:
         credential: Bearer = HOST_CREDENTIAL,
     ) -> dict[str, Any]:
         speaker = ctl.agent_host(host, "", token_of(credential), _peer(request))
-        released = ctl.leases.release(lease, speaker.name, session)
+        released = ctl.leases.release(lease, speaker.name, session, speaker.key)
         return {"protocol": PROTOCOL, **ctl.leases.describe(released)}
 
     @app.get("/v1/leases", response_model=list[LeaseAnswer], responses=ERRORS)

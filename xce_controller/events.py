@@ -43,11 +43,21 @@ class Event:
             "instance_id": host.instance_id if host is not None else d.get("instance_id", ""),
             "why": d.get("why", ""),
             "code": d.get("code", ""),
-            "data": {k: v for k, v in d.items() if not _secret(k)},
+            "data": {k: v for k, v in d.items() if not _secret(k) or self._public(k)},
         }
         if self.fact.kind == "state":
             body["state"] = d.get("state", "")
         return body
+
+    def _public(self, name: str) -> bool:
+        """A lease's fencing token is no secret: it is what the holder shows others."""
+        return name == "token" and self.fact.kind in ("lease_granted", "lease_released")
+
+
+def _lost_by(event: Event) -> str:
+    return (
+        str(event.fact.data.get("previous_key", "")) if event.fact.kind == "lease_granted" else ""
+    )
 
 
 def _secret(name: str) -> bool:
@@ -129,6 +139,8 @@ class EventHub:
                 "json_extract(data, '$.key') IN (SELECT value FROM json_each(?2)) OR "
                 "(kind = 'expected' AND json_extract(data, '$.instance_id') IN "
                 "(SELECT value FROM json_each(?2))) OR "
+                "(kind = 'lease_granted' AND json_extract(data, '$.previous_key') IN "
+                "(SELECT value FROM json_each(?2))) OR "
                 "(kind GLOB 'job_*' AND json_extract(data, '$.id') IN ("
                 "SELECT json_extract(data, '$.id') FROM facts WHERE kind = 'job_assigned' "
                 "AND json_extract(data, '$.key') IN (SELECT value FROM json_each(?2)))))"
@@ -140,7 +152,8 @@ class EventHub:
         ]
         covered = int(rows[-1][0]) if rows else since
         if keys is not None:
-            events = [e for e in events if e.key in keys]
+            # A lease taken over is about the host that lost it too.
+            events = [e for e in events if e.key in keys or _lost_by(e) in keys]
         return events, covered, len(rows) == PAGE
 
     def last_seq(self) -> int:

@@ -9,6 +9,7 @@ unreleased, once, when a request, a listing or a scrape first finds it expired.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -17,6 +18,13 @@ from xce_controller import leases
 from xce_controller.lifecycle import Refused
 from xce_controller.model import Fact
 from xce_controller.store import Store
+
+log = logging.getLogger(__name__)
+
+# Every lease ever granted stays (its token must never repeat): a row, its facts and its metric
+# series. A cluster needs a few (the provisioner's); any host credential could otherwise create
+# new names without end.
+MAX_LEASES = 256
 
 
 class LeaseWatcher(Protocol):
@@ -36,7 +44,7 @@ class LeaseDesk:
         self.monotonic = monotonic
         self.wall = wall
         self.started = monotonic()
-        self.book = leases.restored((leases.from_row(row) for row in store.leases()), self.started)
+        self.book = leases.restored(stored(store).leases.values(), self.started)
         self.watchers: list[LeaseWatcher] = []
         self.on_commit: list[Callable[[list[Fact]], None]] = []  # stored facts (events stream)
         self._told: dict[str, int] = {}  # lease -> the token whose expiry watchers heard of
@@ -71,13 +79,21 @@ class LeaseDesk:
                 for watcher in self.watchers:
                     watcher.expired(lease)
 
-    def acquire(self, name: str, host: str, session: str, ttl: float) -> leases.Lease:
+    def acquire(
+        self, name: str, host: str, session: str, ttl: float, key: str = ""
+    ) -> leases.Lease:
         _check_name(name)
-        return self._step(leases.Acquire(name, host, session, ttl, self.wall()))
+        if name not in self.book.leases and len(self.book.leases) >= MAX_LEASES:
+            raise Refused(
+                "lease_limit",
+                409,
+                f"the controller keeps at most {MAX_LEASES} leases, and {name} would be a new one",
+            )
+        return self._step(leases.Acquire(name, host, session, ttl, self.wall(), key))
 
-    def release(self, name: str, host: str, session: str) -> leases.Lease:
+    def release(self, name: str, host: str, session: str, key: str = "") -> leases.Lease:
         _check_name(name)
-        return self._step(leases.Release(name, host, session, self.wall()))
+        return self._step(leases.Release(name, host, session, self.wall(), key))
 
     def describe(self, lease: leases.Lease) -> dict[str, Any]:
         """A lease as the API shows it: expiry as seconds from now and as a wall time."""
@@ -94,12 +110,24 @@ class LeaseDesk:
             "expires_in": left,
             "expires_at": self.wall() + left if left is not None else None,
             "granted_at": lease.granted_at or None,
-            "last_holder": lease.host,
+            "last_holder": lease.last_host or lease.host,
         }
 
     def listing(self) -> list[dict[str, Any]]:
         self.notice_expiries()
         return [self.describe(self.book.leases[n]) for n in sorted(self.book.leases)]
+
+
+def stored(store: Store) -> leases.Book:
+    """The leases as stored; from the lease facts if a row cannot be read (a damaged
+    database), so that a fencing token is never handed out twice all the same."""
+    try:
+        return leases.Book({le.name: le for le in map(leases.from_row, store.leases())})
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        log.warning(
+            "lease rows unreadable (%s: %s): rebuilt from the lease facts", type(exc).__name__, exc
+        )
+        return leases.replay(store.lease_facts())
 
 
 def _check_name(name: str) -> None:

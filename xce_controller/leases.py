@@ -44,6 +44,8 @@ class Lease:
     ttl: float = 0.0
     expires: float = 0.0  # monotonic; meaningful while held
     granted_at: float = 0.0  # wall clock of the latest grant (shown, never compared)
+    key: str = ""  # the holder's host record (its facts appear in that host's story)
+    last_host: str = ""  # who held it last, kept when it is released (shown)
 
     @property
     def held(self) -> bool:
@@ -79,6 +81,7 @@ class Acquire:
     session: str
     ttl: float
     wall: float  # the wall clock now, recorded in a grant
+    key: str = ""  # the caller's host record
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class Release:
     host: str
     session: str
     wall: float
+    key: str = ""
 
 
 Event = Union[Acquire, Release]
@@ -137,6 +141,8 @@ def _acquire(book: Book, ev: Acquire, now: float) -> tuple[Book, list[Fact], Ans
             "ttl": ev.ttl,
             "code": grant_code(lease, ev).value,
             "previous": lease.host,
+            "key": ev.key,
+            "previous_key": lease.key if lease.held else "",
         },
     )
     after = apply(book, fact, now)
@@ -159,6 +165,7 @@ def _release(book: Book, ev: Release, now: float) -> tuple[Book, list[Fact], Ans
             "session": ev.session,
             "token": lease.token,
             "code": Reason.LEASE_RELEASED.value,
+            "key": ev.key,
         },
     )
     after = apply(book, fact, now)
@@ -192,10 +199,12 @@ def apply(book: Book, fact: Fact, now: float) -> Book:
                 ttl=float(d["ttl"]),
                 expires=now + float(d["ttl"]),
                 granted_at=fact.at,
+                key=str(d.get("key", "")),
+                last_host=str(d["host"]),
             )
         )
     if fact.kind == RELEASED and lease.holds(str(d["host"]), str(d["session"])):
-        return book.put(replace(lease, host="", session="", expires=0.0))
+        return book.put(replace(lease, host="", session="", expires=0.0, key=""))
     return book
 
 
@@ -226,10 +235,18 @@ def to_row(lease: Lease) -> dict[str, Any]:
         "session": lease.session,
         "ttl": lease.ttl,
         "granted_at": lease.granted_at,
+        "key": lease.key,
+        "last_host": lease.last_host,
     }
 
 
 def from_row(row: Mapping[str, Any]) -> Lease:
+    """A stored lease; ValueError for a row no grant could have written (a damaged store)."""
+    token, ttl = row["token"], float(row["ttl"])
+    if not isinstance(token, int) or isinstance(token, bool) or token < 1:
+        raise ValueError(f"lease {row['name']!r}: token {token!r}")
+    if not TTL_MIN <= ttl <= TTL_MAX:  # NaN too
+        raise ValueError(f"lease {row['name']!r}: ttl {ttl!r}")
     return Lease(
         name=str(row["name"]),
         token=int(row["token"]),
@@ -237,4 +254,6 @@ def from_row(row: Mapping[str, Any]) -> Lease:
         session=str(row["session"]),
         ttl=float(row["ttl"]),
         granted_at=float(row["granted_at"]),
+        key=str(row.get("key", "")),
+        last_host=str(row.get("last_host", row["host"])),
     )

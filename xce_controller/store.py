@@ -137,6 +137,14 @@ class Store:
         """The stored leases (xce_controller/leases.py writes and reads their rows)."""
         return [json.loads(data) for (data,) in self.db.execute("SELECT data FROM leases")]
 
+    def lease_facts(self) -> list[Fact]:
+        """The lease facts, oldest first (the leases rebuilt when their rows are unreadable)."""
+        rows = self.db.execute(
+            "SELECT kind, at, by, data FROM facts WHERE kind IN (?, ?) ORDER BY seq",
+            ("lease_granted", "lease_released"),
+        )
+        return [Fact(kind, at, by, json.loads(data)) for kind, at, by, data in rows]
+
     def commit_leases(self, facts: Iterable[Fact], rows: Iterable[dict[str, Any]]) -> None:
         """Append lease facts and write the lease rows they changed, in one transaction."""
         fact_rows = [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts]

@@ -45,7 +45,8 @@ def _why(event: Event) -> str:
 class _Teller:
     """Turns events into sentences, remembering what later steps are measured from."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "") -> None:
+        self.name = name  # whose story: a lease's grant to another host is this one's loss
         self.marks: dict[str, float] = {}  # expected, joined, drain, gone, job:N
         self.told: list[tuple[float, str]] = []
 
@@ -183,6 +184,28 @@ def _notice(t: _Teller, e: Event) -> None:
     t.say(e["at"], f"cloud notice: {notice.get('kind', 'notice')}{provider}{lead}{acted}{code}")
 
 
+def _lease_granted(t: _Teller, e: Event) -> None:
+    d = e["data"]
+    lease, token, host = d.get("lease", "-"), d.get("token", "-"), str(d.get("host", ""))
+    if host.lower() != t.name.lower():  # taken over from this host
+        t.say(
+            e["at"],
+            f"lease {lease} lost: its grant ran out and {host} got it, token {token}{_code(e)}",
+        )
+        return
+    how = ""
+    if e.get("code") == "lease_taken_over":
+        how = f", taken over from {d.get('previous') or '-'} (its grant had run out)"
+    elif e.get("code") == "lease_regranted":
+        how = ", again: its own grant had run out"
+    t.say(e["at"], f"lease {lease} granted, token {token}{how}{_code(e)}")
+
+
+def _lease_released(t: _Teller, e: Event) -> None:
+    d = e["data"]
+    t.say(e["at"], f"lease {d.get('lease', '-')} given back, token {d.get('token', '-')}{_code(e)}")
+
+
 _KINDS: dict[str, Callable[[_Teller, Event], None]] = {
     "expected": _expected,
     "joined": _joined,
@@ -193,6 +216,8 @@ _KINDS: dict[str, Callable[[_Teller, Event], None]] = {
     "state": _state,
     "drain": _drain,
     "notice": _notice,
+    "lease_granted": _lease_granted,
+    "lease_released": _lease_released,
     "job_assigned": _job("placed on it"),
     "job_started": _job("started"),
     "job_finished": _job("finished"),
@@ -216,7 +241,7 @@ def _summary(jobs: list[Event]) -> str:
 def story(host: dict[str, Any], events: list[Event], now: float) -> list[str]:
     """The lines `xcecli why` prints for `host` (a /v1/hosts/NAME answer)."""
     name = host.get("name") or host.get("expected_name") or host["key"]
-    teller = _Teller()
+    teller = _Teller(name)
     jobs = [e for e in events if e["kind"].startswith("job_")]
     quiet = jobs[:-JOB_LINES] if len(jobs) > 2 * JOB_LINES else []
     skipped = {id(e) for e in quiet if e["kind"] != "job_requeued" and e["kind"] != "job_killed"}

@@ -42,7 +42,8 @@ class Client:
             body = None
         if response.status_code >= 400:
             message = body.get("message") if isinstance(body, dict) else response.text[:200]
-            raise ControllerRefused(f"{response.status_code}: {message}")
+            line = printable(str(message))[:300]  # one line: control characters escaped
+            raise ControllerRefused(f"{response.status_code}: {line}")
         return body
 
 
@@ -354,12 +355,33 @@ def templates(client: Client, as_json: bool) -> None:
     _out(data, as_json, _table(rows, header))
 
 
+_LEASE_FIELDS = {"lease": str, "state": str, "host": str, "token": int, "last_holder": str}
+
+
+def _is_lease(value: Any) -> bool:
+    """A lease as GET /v1/leases shows it (what the table reads of it)."""
+    if not isinstance(value, dict):
+        return False
+    if not all(isinstance(value.get(k), t) for k, t in _LEASE_FIELDS.items()):
+        return False
+    number = (int, float)
+    ttl, left = value.get("ttl"), value.get("expires_in")
+    at = value.get("expires_at")
+    return (
+        isinstance(ttl, number)
+        and (left is None or isinstance(left, number))
+        and (at is None or isinstance(at, number))
+    )
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def leases(client: Client, as_json: bool) -> None:
     """Leases: holder, fencing token and expiry."""
     data = client.call("GET", "/v1/leases")
+    if not isinstance(data, list) or not all(_is_lease(le) for le in data):
+        raise ControllerRefused(f"{client.url} answered something that is not a list of leases")
     rows = [
         [
             le["lease"],

@@ -101,5 +101,6 @@ def why(client: ApiClient, name: str) -> None:
         history = list(_stream(client, {"host": host["instance_id"] or host["key"]}))
     except requests.RequestException as exc:
         _fail(f"cannot reach {client.url}: {type(exc).__name__}")
-    mine = [e for e in history if e["key"] == host["key"]]
+    # This record's own facts, and a lease another host took over from it (its loss).
+    mine = [e for e in history if host["key"] in (e["key"], e["data"].get("previous_key"))]
     click.echo("\n".join(printable(line) for line in story(host, mine, time.time())))

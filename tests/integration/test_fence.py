@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import signal
@@ -13,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import group_members, wait_for
+from tests.integration.helpers import alive, group_members, wait_for
 from xce_agent import fence
+from xce_agent.supervision.cgroups import cgroup2_mount
 
 # The component: records its environment and open descriptors, starts a grandchild in its
 # group, then runs until signalled (optionally ignoring SIGTERM).
@@ -141,3 +144,86 @@ def test_no_deadline_or_a_passed_one_starts_nothing(tmp_path: Path) -> None:
         assert not g.out.exists()
     finally:
         g.end()
+
+
+def _cgroup_root() -> Path | None:
+    mount = cgroup2_mount()
+    if mount is None or os.geteuid() != 0 or not os.access(mount, os.W_OK):
+        return None
+    return mount
+
+
+# A component that double-forks a daemon out of its process group (setsid), as a careless or
+# hostile singleton would; the daemon keeps working for the old holder unless it is stopped.
+ESCAPER = """
+import os, sys, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(sys.argv[1] + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+        while True:
+            time.sleep(0.05)
+    os._exit(0)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.skipif(_cgroup_root() is None, reason="needs root and a writable cgroup v2")
+def test_in_the_components_cgroup_what_left_the_group_is_stopped_too(tmp_path: Path) -> None:
+    root = _cgroup_root()
+    assert root is not None
+    leaf = root / f"xce-test-fence-{os.getpid()}-{tmp_path.name}"
+    leaf.mkdir()
+    script, pid_file = tmp_path / "escaper.py", tmp_path / "daemon.pid"
+    script.write_text(ESCAPER)
+    read, write = os.pipe()
+    # As the agent starts it under cgroup containment: in the component's cgroup, not the
+    # agent's (this test's), with the agent's pid to tell the two apart.
+    procs = os.open(leaf / "cgroup.procs", os.O_WRONLY)
+    env = {**os.environ, fence.FD_ENV: str(read), fence.AGENT_ENV: str(os.getpid())}
+    command = [sys.executable, "-m", "xce_agent.fence", "--stop-signal", "15"]
+    command += ["--stop-timeout", "0.5", "--", sys.executable, str(script), str(pid_file)]
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        pass_fds=(read,),
+        start_new_session=True,
+        preexec_fn=functools.partial(os.write, procs, b"0"),  # noqa: PLW1509 - one C call
+    )
+    os.close(procs)
+    os.close(read)
+    daemon = 0
+    try:
+        deadline = time.monotonic() + 1.5
+        os.write(write, fence.line(1, deadline))
+        wait_for(pid_file.exists, 20)
+        daemon = int(pid_file.read_text())
+        assert os.getpgid(daemon) != proc.pid  # out of the fence's group
+        os.close(write)  # the agent is gone: the deadline stays
+        write = -1
+        proc.wait(timeout=20)
+        assert time.monotonic() >= deadline
+        wait_for(lambda: not alive(daemon), 5)
+        assert not (leaf / "cgroup.procs").read_text().split()
+    finally:
+        if write >= 0:
+            os.close(write)
+        with contextlib.suppress(OSError):
+            (leaf / "cgroup.kill").write_text("1")
+        wait_for(lambda: not (leaf / "cgroup.procs").read_text().split(), 5)
+        leaf.rmdir()
+
+
+def test_a_killed_fence_takes_its_component_with_it(fenced: Fenced) -> None:
+    # The agent stopped (no one to stop the component) and the fence killed (kill -9, the
+    # OOM killer): the component must not run on past its deadline.
+    fenced.send(1, time.monotonic() + 600)
+    seen = fenced.seen()
+    component = int(seen["pid"])  # type: ignore[call-overload]
+    assert alive(component)
+    os.kill(fenced.proc.pid, signal.SIGKILL)
+    fenced.proc.wait(timeout=20)
+    wait_for(lambda: not alive(component), 5)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -233,3 +235,117 @@ def events(ctl: ControllerProcess) -> list[dict[str, Any]]:
     r = requests.get(ctl.url + "/v1/events", headers=ADMIN, timeout=10)
     assert r.status_code == 200, r.text
     return [json.loads(line) for line in r.text.splitlines() if line]
+
+
+def test_why_tells_each_hosts_grants_releases_and_losses(ctl: ControllerProcess) -> None:
+    a, b = join(ctl, "a"), join(ctl, "b")
+    assert take(ctl, a, "a").json()["token"] == 1
+    assert wait_for("b takes over", lambda: take(ctl, b, "b")).json()["token"] == 2
+    assert give_back(ctl, b, "b").status_code == 200
+    assert listing(ctl)["prov"]["state"] == "free"
+    assert listing(ctl)["prov"]["last_holder"] == "b"  # who to ask why nobody holds it
+
+    def why(name: str) -> str:
+        cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", ctl.url]
+        return subprocess.run(
+            [*cli, "--token", "adm1n", "why", name],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+
+    told_a, told_b = why("a"), why("B")
+    assert "lease prov granted, token 1 [lease_granted]" in told_a
+    assert "lease prov lost: its grant ran out and b got it, token 2 [lease_taken_over]" in told_a
+    assert "given back" not in told_a
+    assert (
+        "lease prov granted, token 2, taken over from a (its grant had run out)"
+        " [lease_taken_over]" in told_b
+    )
+    assert "lease prov given back, token 2 [lease_released]" in told_b
+    assert "token 1" not in told_b
+    # The events stream filtered by host carries the same facts.
+    r = requests.get(ctl.url + "/v1/events", params={"host": "a"}, headers=ADMIN, timeout=10)
+    kinds = [(e["kind"], e["data"]["token"]) for e in map(json.loads, r.text.splitlines())
+             if e["kind"].startswith("lease_")]  # fmt: skip
+    assert kinds == [(leases.GRANTED, 1), (leases.GRANTED, 2)]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        '{"name": "prov"',  # cut short
+        "[1]",
+        '{"name": "prov", "token": 2, "host": "a", "session": "s1", "ttl": NaN, "granted_at": 0}',
+    ],
+)
+def test_a_damaged_lease_row_is_rebuilt_from_the_facts(ctl: ControllerProcess, damage: str) -> None:
+    a, b = join(ctl, "a"), join(ctl, "b")
+    assert take(ctl, a, "a").json()["token"] == 1
+    assert give_back(ctl, a, "a").status_code == 200
+    assert take(ctl, a, "a").json()["token"] == 2
+    ctl.kill()
+    db = sqlite3.connect(ctl.db)
+    db.execute("UPDATE leases SET data = ? WHERE name = 'prov'", (damage,))
+    db.commit()
+    db.close()
+    ctl.start()
+    restarted = time.monotonic()
+    # As the facts say: held by a (token 2) for one TTL from the start, then the next token.
+    assert take(ctl, b, "b").status_code == 409
+    got = wait_for("b takes over", lambda: take(ctl, b, "b"))
+    assert time.monotonic() - restarted >= TTL - 0.1
+    assert got.json()["token"] == 3
+    assert "lease rows unreadable" in (ctl.workdir / "controller.log").read_text()
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """Whatever the test sets: not a controller (a proxy's page, another service)."""
+
+    status, body = 200, b""
+
+    def do_GET(self) -> None:
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (200, b"<html>hi</html>", "answered something that is not a list of leases"),
+        (200, b'{"leases": []}', "answered something that is not a list of leases"),
+        (200, b'[{"lease": 5}]', "answered something that is not a list of leases"),
+        (200, b"[1, null]", "answered something that is not a list of leases"),
+        (502, b"<html>\n<body>bad gateway</body>\n</html>", r"502: <html>\x0a<body>bad"),
+        (500, b'{"message": "two\\nlines\\u001b[2J"}', r"500: two\x0alines\x1b[2J"),
+    ],
+)
+def test_xcecli_leases_says_one_line_for_an_answer_that_is_no_lease_list(
+    status: int, body: bytes, said: str
+) -> None:
+    handler = type("Answers", (_Answers,), {"status": status, "body": body})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", url, "--token", "t"]
+        shown = subprocess.run(
+            [*cli, "leases"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert shown.returncode == 1 and shown.stdout == ""
+    assert shown.stderr.count("\n") == 1 and said in shown.stderr, shown.stderr
+    assert "Traceback" not in shown.stderr

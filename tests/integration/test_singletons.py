@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.integration.helpers import wait_for
 from tests.integration.lease_checker import intervals, violations
-from tests.integration.lease_cluster import LeaseCluster
+from tests.integration.lease_cluster import ADMIN, LeaseCluster
 
 
 @pytest.fixture
@@ -34,6 +36,24 @@ def test_one_host_runs_it_and_a_graceful_stop_hands_it_over(cluster: LeaseCluste
     assert running(cluster) == [holder]
     spans = intervals(cluster.records)["lease-0"]
     assert [(s.host, s.token) for s in spans] == [(holder, 1)]
+    # `status` says who holds it: this host with its token, or another host.
+    shown = cluster.agent(holder).cli("status")
+    assert "  lease: lease-0: held by this host, token 1 [lease_granted]" in shown.stdout
+    other = next(a for a in cluster.agents if a.name != holder)
+    shown = other.cli("status")
+    assert "  lease: lease-0: waiting for it (no grant yet): HTTP 409 lease_held" in shown.stdout
+    assert f"held by {holder} (token 1)" in shown.stdout
+    held = json.loads(cluster.agent(holder).cli("status", "--json").stdout)["singletons"]
+    assert held == [
+        {
+            "component": "lease-0",
+            "lease": "lease-0",
+            "phase": "holding",
+            "token": 1,
+            "detail": "held with token 1",
+            "code": "lease_granted",
+        }
+    ]
     stopped_at = time.monotonic()
     cluster.agent(holder).graceful_stop()
     wait_for(lambda: len(intervals(cluster.records)["lease-0"]) == 2, 30)
@@ -89,3 +109,43 @@ def test_operator_commands_go_through_the_lease(cluster: LeaseCluster) -> None:
     assert refused.returncode != 0 and "singleton components changed (lease-0)" in (
         refused.stdout + refused.stderr
     )
+
+
+def lease_refusals(c: LeaseCluster) -> float:
+    """Lease requests the controller refused as a decommissioned host's."""
+    series = (
+        'xce_controller_refusals_total{code="refused_decommissioned",endpoint="/v1/leases/{lease}"}'
+    )
+    for line in c.scrape().splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_decommissioned_holder_stops_its_singleton_at_once_and_asks_no_more(
+    cluster: LeaseCluster,
+) -> None:
+    holder = cluster.wait_all_held()["lease-0"]
+    wait_for(lambda: running(cluster) == [holder], 30)
+    agent = cluster.agent(holder)
+    r = requests.post(
+        f"{cluster.ctl.url}/v1/hosts/{holder}/decommission",
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        json={},
+        timeout=10,
+    )
+    assert r.status_code == 200, r.text
+    wait_for(lambda: "holding -> releasing (host decommissioned" in agent.log(), 30)
+    wait_for(lambda: running(cluster) and holder not in running(cluster), 30)
+    asked = lease_refusals(cluster)
+    assert asked >= 1  # its release, refused: the host is decommissioned
+    time.sleep(3 * cluster.ttl)  # it asked every ttl/3 before
+    assert lease_refusals(cluster) == asked
+    shown = agent.cli("status").stdout
+    assert (
+        "lease: lease-0: not asked for (token 1): host decommissioned (decommissioned by admin)"
+        " [refused_decommissioned]" in shown
+    )
+    refused = agent.cli("start", "lease-0")
+    assert refused.returncode == 1 and "never starts" in refused.stderr
+    assert violations(intervals(cluster.records)["lease-0"]) == []

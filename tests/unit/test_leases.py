@@ -148,3 +148,21 @@ def test_lease_names() -> None:
     assert ls.is_lease_name("provisioner") and ls.is_lease_name("a.b-c_1")
     for bad in ("", "Prov", "a/b", "a b", "x" * 64, "-a"):
         assert not ls.is_lease_name(bad)
+
+
+def test_facts_name_the_holders_record_and_a_takeover_the_one_that_lost_it() -> None:
+    book, facts, _ = ls.step(ls.EMPTY, ls.Acquire("prov", "a", "s1", 10.0, 1.0, "i-a"), 0.0)
+    assert facts[0].data["key"] == "i-a" and facts[0].data["previous_key"] == ""
+    # Kept across a controller restart, as the holder is.
+    book = ls.restored([ls.from_row(ls.to_row(book.get("prov")))], 100.0)
+    assert book.get("prov").key == "i-a"
+    book, facts, _ = ls.step(book, ls.Acquire("prov", "b", "s2", 10.0, 2.0, "i-b"), 110.0)
+    assert (facts[0].data["key"], facts[0].data["previous_key"]) == ("i-b", "i-a")
+    released, facts, _ = ls.step(book, ls.Release("prov", "b", "s2", 3.0, "i-b"), 111.0)
+    assert facts[0].data["key"] == "i-b"
+    # Free, and who had it last is still known (across a restart too).
+    lease = ls.from_row(ls.to_row(released.get("prov")))
+    assert not lease.held and lease.last_host == "b"
+    # A row stored before holders had a record key reads as one without.
+    row = {k: v for k, v in ls.to_row(book.get("prov")).items() if k != "key"}
+    assert ls.from_row(row).key == ""

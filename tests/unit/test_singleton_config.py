@@ -94,3 +94,23 @@ def test_guard_and_fit() -> None:
     assert SingletonSpec("x", 15.0).guard == 1.5
     assert SingletonSpec("x", 1.0).guard == 0.25
     assert SingletonSpec("x", 2.0).max_stop_timeout == pytest.approx(0.75)
+
+
+def test_two_singletons_of_one_host_may_not_share_a_lease(tmp_path: Path) -> None:
+    # Prov's lease is "prov" by default; both would run at once under the host's one hold.
+    text = config(tmp_path, "").replace(
+        "state_directory:",
+        f"      prov-b:\n        command: [{PY}, -c, pass]\n        singleton: {{lease: prov}}\n"
+        "      other:\n        command: [/bin/true]\n        singleton: {lease: other}\n"
+        "state_directory:",
+    )
+    assert problems(tmp_path, text) == [
+        "roles.provisioner.components.prov-b.singleton: expected a lease no other component "
+        "of the host uses, got lease 'prov', also Prov's"
+    ]
+    fine = text.replace("{lease: prov}", "{lease: prov-b}")
+    assert [s.singleton.lease for s in load(tmp_path, fine).components if s.singleton] == [
+        "prov",
+        "prov-b",
+        "other",
+    ]

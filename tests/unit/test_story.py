@@ -90,3 +90,27 @@ def test_credentials_renewed_confirmed_and_refused_are_told_with_their_codes() -
         "an attempt by n1 refused: earlier credential from 192.0.2.9 [refused_stale_incarnation]"
         in text
     )
+
+
+def test_lease_grants_releases_and_losses_are_told_from_this_hosts_side() -> None:
+    host = {"key": "n1", "name": "n1", "state": "open", "history": []}
+    events = [
+        ev(1, 10, "lease_granted", "n1", lease="prov", host="n1", token=1, code="lease_granted"),
+        ev(2, 20, "lease_released", "n1", lease="prov", host="n1", token=1,
+           code="lease_released"),
+        ev(3, 30, "lease_granted", "n1", lease="prov", host="n1", token=3, previous="n2",
+           code="lease_taken_over"),
+        ev(4, 40, "lease_granted", "n1", lease="prov", host="n1", token=4, previous="n1",
+           code="lease_regranted"),
+        ev(5, 50, "lease_granted", "N2", lease="prov", host="N2", token=5, previous="n1",
+           code="lease_taken_over"),
+    ]  # fmt: skip
+    text = "\n".join(story(host, events, now=60))
+    assert "lease prov granted, token 1 [lease_granted]" in text
+    assert "lease prov given back, token 1 [lease_released]" in text
+    assert (
+        "lease prov granted, token 3, taken over from n2 (its grant had run out)"
+        " [lease_taken_over]" in text
+    )
+    assert "lease prov granted, token 4, again: its own grant had run out [lease_regranted]" in text
+    assert "lease prov lost: its grant ran out and N2 got it, token 5 [lease_taken_over]" in text
