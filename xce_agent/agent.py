@@ -16,7 +16,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from xce_agent import membership as ms
 from xce_agent import pending_notices, single_agent, unused_signals
@@ -53,9 +52,6 @@ from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
 from xce_protocol.notices import NoticeState
 from xce_protocol.protocol import printable
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
