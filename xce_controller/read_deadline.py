@@ -119,18 +119,35 @@ class _Timer:
             transport.close()
 
 
-class TimedH11(H11Protocol):
-    """h11: a request is read once h11 says the client's side of the cycle is done."""
+class _ReadTimed(asyncio.Protocol):
+    """What both implementations share: a timer per connection, armed when it opens, looked
+    at while the server has stopped reading, cancelled when it closes. First in the bases, so
+    `super()` is the implementation's own protocol."""
 
     read_timeout: Callable[[], float] = staticmethod(lambda: DEFAULT_READ_TIMEOUT)
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    client: Any
+    flow: Any
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._read_timer = _Timer(self.read_timeout(), self._reading_paused)
         super().connection_made(transport)
-        self._read_timer.arm(self.loop, transport, self.client)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._read_timer.cancel()
+        super().connection_lost(exc)
 
     def _reading_paused(self) -> bool:
         return bool(getattr(self.flow, "read_paused", False))
+
+    def _arm(self) -> None:
+        self._read_timer.arm(self.loop, self.transport, self.client)
+
+
+class TimedH11(_ReadTimed, H11Protocol):
+    """h11: a request is read once h11 says the client's side of the cycle is done."""
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -138,11 +155,7 @@ class TimedH11(H11Protocol):
         if state in _REQUEST_READ:
             self._read_timer.cancel()
         elif state is h11.SEND_BODY or (state is h11.IDLE and self.conn.trailing_data[0]):
-            self._read_timer.arm(self.loop, self.transport, self.client)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._read_timer.cancel()
-        super().connection_lost(exc)
+            self._arm()
 
 
 def _httptools() -> type[asyncio.Protocol] | None:
@@ -151,37 +164,23 @@ def _httptools() -> type[asyncio.Protocol] | None:
     except ImportError:  # httptools is not installed: uvicorn uses h11
         return None
 
-    class TimedHttpTools(HttpToolsProtocol):
+    class TimedHttpTools(_ReadTimed, HttpToolsProtocol):
         """httptools: a request starts at any byte and is read at its message end."""
-
-        read_timeout: Callable[[], float] = staticmethod(lambda: DEFAULT_READ_TIMEOUT)
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            self._read_timer = _Timer(self.read_timeout(), self._reading_paused)
-            super().connection_made(transport)
-            self._read_timer.arm(self.loop, transport, self.client)
-
-        def _reading_paused(self) -> bool:
-            return bool(getattr(self.flow, "read_paused", False))
 
         def data_received(self, data: bytes) -> None:
             # Any byte starts the deadline, not only a request's: httptools skips blank lines
             # between requests without a callback, and each byte stops uvicorn's keep-alive
             # timeout. A request completed by these bytes cancels it again.
-            self._read_timer.arm(self.loop, self.transport, self.client)
+            self._arm()
             super().data_received(data)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
-            self._read_timer.arm(self.loop, self.transport, self.client)
+            self._arm()
 
         def on_message_complete(self) -> None:
             self._read_timer.cancel()
             super().on_message_complete()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._read_timer.cancel()
-            super().connection_lost(exc)
 
     return TimedHttpTools
 
