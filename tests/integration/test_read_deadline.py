@@ -91,6 +91,20 @@ def drip(conn: socket.socket, data: bytes, gap: float, stop: threading.Event) ->
     return sent
 
 
+def drip_until_closed(conn: socket.socket, data: bytes, within: float) -> tuple[float | None, int]:
+    """Drip `data` a byte every 50 ms until the server closes the connection or `within`
+    passes: how long that took (None: never closed) and how many bytes went out."""
+    stop = threading.Event()
+    sent: list[int] = []
+    thread = threading.Thread(target=lambda: sent.append(drip(conn, data, 0.05, stop)))
+    thread.start()
+    took = closed_by_server(conn, within)
+    stop.set()
+    thread.join(5)
+    conn.close()
+    return took, sent[0] if sent else 0
+
+
 def answered(addr: tuple[str, int], path: str = "/") -> bool:
     return requests.get(f"http://{addr[0]}:{addr[1]}{path}", timeout=10).text == "ok"
 
@@ -107,18 +121,11 @@ def test_a_dripping_request_loses_its_connection(
     server: tuple[str, int], request_bytes: bytes
 ) -> None:
     conn = socket.create_connection(server)
-    stop = threading.Event()
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(drip(conn, request_bytes, 0.05, stop)))
     began = time.monotonic()
-    thread.start()
-    took = closed_by_server(conn, 10 * TIMEOUT)
-    stop.set()
-    thread.join(5)
-    conn.close()
+    took, sent = drip_until_closed(conn, request_bytes, 10 * TIMEOUT)
     assert took is not None, "the server kept a dripping connection open"
     assert TIMEOUT * 0.9 <= time.monotonic() - began <= TIMEOUT + 5
-    assert result and 5 < result[0] < len(request_bytes)  # bytes arrived, not all of them
+    assert 5 < sent < len(request_bytes)  # bytes arrived, not all of them
     assert answered(server)  # and the server still serves
 
 
@@ -157,14 +164,8 @@ def test_the_controller_closes_a_dripping_client_and_counts_it(tmp_path: Path) -
     try:
         host, port = ctl.url.removeprefix("http://").split(":")
         conn = socket.create_connection((host, int(port)))
-        stop = threading.Event()
         data = b"GET /v1/info HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: y\r\n" * 50 + b"\r\n"
-        thread = threading.Thread(target=drip, args=(conn, data, 0.05, stop))
-        thread.start()
-        took = closed_by_server(conn, 10)
-        stop.set()
-        thread.join(5)
-        conn.close()
+        took, _ = drip_until_closed(conn, data, 10)
         assert took is not None, "the controller kept a dripping connection open"
         metrics = requests.get(
             ctl.url + "/metrics", headers={"Authorization": "Bearer adm1n"}, timeout=10
@@ -249,13 +250,7 @@ def test_blank_lines_dripped_between_requests_lose_the_connection(
     answer = b""
     while not answer.endswith(b"0\r\n\r\n"):
         answer += conn.recv(4096)
-    stop = threading.Event()
-    thread = threading.Thread(target=drip, args=(conn, b"\r\n" * 200, 0.05, stop))
-    thread.start()
-    took = closed_by_server(conn, 10 * TIMEOUT)
-    stop.set()
-    thread.join(5)
-    conn.close()
+    took, _ = drip_until_closed(conn, b"\r\n" * 200, 10 * TIMEOUT)
     assert took is not None, "the server kept a connection dripping blank lines open"
     assert took <= TIMEOUT + 5
     assert answered(server)
