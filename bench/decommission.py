@@ -35,8 +35,8 @@ while True:
 
 
 def run(runs: int = 50) -> str:
-    from xce_controller.config import load_cluster_config
-    from xce_controller.server import EmbeddedController
+    from xce_controller.core.config import load_cluster_config
+    from xce_controller.http.server import EmbeddedController
 
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -76,7 +76,7 @@ def run(runs: int = 20) -> str:
 
 def spot(quick: bool) -> str:
     """The simulator's spot scenario: the same interruptions without and with notices."""
-    from xce_controller.spot_scenario import SpotScenario, render, run_spot
+    from xce_controller.sim.spot import SpotScenario, render, run_spot
 
     spec = SpotScenario(hours=3.0) if quick else SpotScenario()
     began = time.perf_counter()
@@ -108,8 +108,8 @@ class Stamps:
 
 
 def embedded(workdir: Path, name: str, grace: float) -> tuple[Any, Stamps]:
-    from xce_controller.config import load_cluster_config
-    from xce_controller.server import EmbeddedController
+    from xce_controller.core.config import load_cluster_config
+    from xce_controller.http.server import EmbeddedController
 
     cluster = workdir / f"{name}.yaml"
     interval = min(10.0, grace / 4)

@@ -12,8 +12,8 @@ SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "scenario-100k.
 
 
 def run() -> str:
-    from xce_controller.scenario import load_scenario
-    from xce_controller.simulate import run_scenario
+    from xce_controller.sim.scenario import load_scenario
+    from xce_controller.sim.simulate import run_scenario
 
     spec = load_scenario(SCENARIO)
     began, cpu = time.perf_counter(), time.process_time()

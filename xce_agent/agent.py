@@ -17,24 +17,24 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from xce_agent import membership as ms
-from xce_agent import pending_notices, single_agent, unused_signals
-from xce_agent.adoption import adopt_previous
-from xce_agent.cloud_notices import CloudNotices
-from xce_agent.component_records import component_records
-from xce_agent.config import AgentConfig
-from xce_agent.control import SOCKET_NAME, ControlServer
-from xce_agent.controller_side import ControllerSide
-from xce_agent.credential import CredentialStore
-from xce_agent.handoff import Handoff, HandoffRunner, reader_of
-from xce_agent.join_guard import JoinGuard
-from xce_agent.lease_client import HttpLeaseCalls
-from xce_agent.metrics_agent import AgentMetrics
-from xce_agent.notice_relay import NoticeRelay
-from xce_agent.notify import Notifier, system_shutting_down, watchdog_interval
-from xce_agent.operator import Operator
-from xce_agent.reports import Reports, host_name
-from xce_agent.singletons import Singletons, fenced
+from xce_agent.components.adoption import adopt_previous
+from xce_agent.components.records import component_records
+from xce_agent.config.agent import AgentConfig
+from xce_agent.controller.credential import CredentialStore
+from xce_agent.controller.handoff import Handoff, HandoffRunner, reader_of
+from xce_agent.controller.join_guard import JoinGuard
+from xce_agent.controller.lease_client import HttpLeaseCalls
+from xce_agent.controller.reports import Reports, host_name
+from xce_agent.controller.side import ControllerSide
+from xce_agent.core import membership as ms
+from xce_agent.core import pending_notices
+from xce_agent.metrics.agent import AgentMetrics
+from xce_agent.notices.relay import NoticeRelay
+from xce_agent.notices.watching import CloudNotices
+from xce_agent.operator.control import SOCKET_NAME, ControlServer
+from xce_agent.operator.status_line import status_line
+from xce_agent.operator.verbs import Operator
+from xce_agent.singletons.runner import Singletons, fenced
 from xce_agent.state import (
     AgentRecord,
     AgentState,
@@ -42,7 +42,6 @@ from xce_agent.state import (
     StateStore,
     StateWriter,
 )
-from xce_agent.status_line import status_line
 from xce_agent.supervision import cgroups
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.boot import boot_id
@@ -50,6 +49,8 @@ from xce_agent.supervision.identity import ProcessIdentity, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
+from xce_agent.system import single_agent, unused_signals
+from xce_agent.system.notify import Notifier, system_shutting_down, watchdog_interval
 from xce_protocol.notices import NoticeState
 from xce_protocol.protocol import printable
 

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from xce_agent import __version__
-from xce_agent.config import AgentConfig, config_path, load_config
+from xce_agent.config.agent import AgentConfig, config_path, load_config
 from xce_agent.errors import ConfigError, NoState, UsageError
 from xce_protocol.exits import ErrorExits
 from xce_protocol.roles import KNOWN_ROLES
@@ -59,12 +59,12 @@ def validate(config_file: str | None) -> None:
 @config_option
 def run(config_file: str | None) -> None:
     """Run the agent in the foreground (what the systemd unit starts)."""
-    from xce_agent.logsetup import configure
+    from xce_agent.system.logsetup import configure
 
     config = _load(config_file)
     configure(config.log_level)
     from xce_agent.agent import Agent
-    from xce_agent.notify import SystemdNotifier
+    from xce_agent.system.notify import SystemdNotifier
 
     sys.exit(Agent(config, SystemdNotifier()).run())
 
@@ -76,14 +76,14 @@ def run(config_file: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(config_file: str | None, state_dir: str | None, as_json: bool) -> None:
     """Show the agent's state: lifecycle, components, controller contact."""
+    from xce_agent.operator.status import render_status
     from xce_agent.state import StateStore
-    from xce_agent.status_view import render_status
 
     directory = Path(state_dir) if state_dir else _load(config_file).state_directory
     state = StateStore(directory).read_only()
     if state is None:
         raise NoState(f"no state in {directory}: the agent has not run here")
-    from xce_agent.single_agent import live_agent
+    from xce_agent.system.single_agent import live_agent
 
     live = live_agent(state.agent)
     if as_json:
@@ -92,7 +92,7 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
         data["stale"] = not live
         click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
-        from xce_agent.credential import CredentialStore
+        from xce_agent.controller.credential import CredentialStore
 
         click.echo(render_status(state, time.time(), live, CredentialStore(directory).peek()))
 
@@ -106,7 +106,7 @@ def stop(config_file: str | None, timeout: float, name: str | None) -> None:
     if name:
         _control(config_file, "stop", name, timeout)
         return
-    from xce_agent.stopping import stop_host
+    from xce_agent.operator.stopping import stop_host
 
     click.echo(f"xce-agent: {stop_host(_load(config_file), timeout)}")
 
@@ -146,7 +146,7 @@ def reload(config_file: str | None) -> None:
 
 
 def _control(config_file: str | None, command: str, name: str, timeout: float) -> None:
-    from xce_agent.operator_client import run_command
+    from xce_agent.operator.client import run_command
 
     click.echo(f"xce-agent: {run_command(_load(config_file), command, name, timeout)}")
 
@@ -162,7 +162,7 @@ def sample_worker() -> None:
 @main.command()
 def demo() -> None:
     """Show the elastic-host lifecycle end to end on this machine (about 20 s)."""
-    from xce_agent.demo_launcher import launch_demo
+    from xce_agent.operator.demo import launch_demo
 
     sys.exit(launch_demo(click.echo))
 
@@ -232,14 +232,14 @@ def render_user_data(
     on_join_timeout: str | None,
 ) -> None:
     """Print cloud-init user-data that installs the config and starts the agent."""
-    from xce_agent.userdata import UserData, render
+    from xce_agent.operator.userdata import UserData, render
     from xce_protocol.validation import MAX_DURATION, parse_duration
 
     if not controller_url.startswith(("http://", "https://")):
         raise UsageError(
             f"--controller-url: expected an http:// or https:// URL, got {controller_url!r}"
         )
-    from xce_agent.config import loopback_url
+    from xce_agent.config.agent import loopback_url
 
     if controller_url.startswith("http://") and not plain_http and not loopback_url(controller_url):
         raise UsageError(

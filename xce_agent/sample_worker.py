@@ -29,7 +29,7 @@ from typing import Any
 
 import requests
 
-from xce_agent.bounded_http import MAX_BODY, parse_json
+from xce_agent.controller.bounded_http import MAX_BODY, parse_json
 from xce_protocol.errors import UsageError, XceError
 from xce_protocol.protocol import Identity, Outcome, classify
 

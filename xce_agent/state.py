@@ -16,12 +16,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from xce_agent import pending_notices, singleton_holds
-from xce_agent.component_config import NAME
+from xce_agent.config.component import NAME
+from xce_agent.core import pending_notices, singleton_holds
+from xce_agent.core.membership import MembershipState, Standing
+from xce_agent.core.pending_notices import PendingNotice
+from xce_agent.core.singleton_holds import SingletonHold
 from xce_agent.errors import StateError
-from xce_agent.membership import MembershipState, Standing
-from xce_agent.pending_notices import PendingNotice
-from xce_agent.singleton_holds import SingletonHold
 from xce_protocol.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Allow `python -m xce_controller`."""
 
-from xce_controller.cli import main
+from xce_controller.cli.controller import main
 
 main()

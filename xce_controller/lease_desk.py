@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from xce_controller import leases
-from xce_controller.lifecycle import Refused
-from xce_controller.model import Fact
-from xce_controller.store import Store
+from xce_controller.core import leases
+from xce_controller.core.lifecycle import Refused
+from xce_controller.core.model import Fact
+from xce_controller.store.sqlite import Store
 
 log = logging.getLogger(__name__)
 

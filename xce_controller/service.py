@@ -3,7 +3,7 @@
 Runs on one asyncio loop. Every change goes decision -> facts -> apply -> what they make due
 (drains that end, jobs placed) -> one commit (fsync) of all of it, before any answer leaves;
 then the watchers of the touched hosts are woken. Timers are per-host due times in a heap
-(xce_controller/timers.py): nothing runs while nothing is due.
+(xce_controller/core/timers.py): nothing runs while nothing is due.
 """
 
 from __future__ import annotations
@@ -16,17 +16,18 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from xce_controller import collector, crash, credentials, deadlines, joining, notices
-from xce_controller import jobs as jobmodel
-from xce_controller import lifecycle as lc
+from xce_controller import collector
 from xce_controller.clock import SteadyClock
-from xce_controller.config import ClusterConfig
-from xce_controller.facts import apply
-from xce_controller.gave_up import gave_up
+from xce_controller.core import crash, credentials, deadlines, joining, notices
+from xce_controller.core import jobs as jobmodel
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.config import ClusterConfig
+from xce_controller.core.facts import apply
+from xce_controller.core.gave_up import gave_up
+from xce_controller.core.model import JOINED, TERMINAL, AdminAction, Fact, Host, HostState
+from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
-from xce_controller.model import JOINED, TERMINAL, AdminAction, Fact, Host, HostState
-from xce_controller.store import StorageUnavailable, Store
-from xce_controller.timers import Timers
+from xce_controller.store.sqlite import StorageUnavailable, Store
 from xce_protocol import names
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice

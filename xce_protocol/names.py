@@ -19,7 +19,7 @@ INSTANCE_ID_MAX = 128
 TEMPLATE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 TEMPLATE_MAX = 63
 
-# Leases (xce_controller/leases.py): lower case, so one lease is never two spellings.
+# Leases (xce_controller/core/leases.py): lower case, so one lease is never two spellings.
 LEASE_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 
 # The same, or nothing (optional fields of the wire protocol).

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from xce_agent import metrics_port
-from xce_agent.metrics_agent import AgentMetrics
-from xce_agent.metrics_config import MetricsConfig
+from xce_agent.config.metrics import MetricsConfig
+from xce_agent.metrics import port as metrics_port
+from xce_agent.metrics.agent import AgentMetrics
 from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.supervision.machine import ExitInfo
 

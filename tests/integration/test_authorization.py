@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from xce_controller.api import create_app
-from xce_controller.config import load_cluster_config
+from xce_controller.core.config import load_cluster_config
+from xce_controller.http.api import create_app
 from xce_controller.service import Controller
-from xce_controller.store import Store
+from xce_controller.store.sqlite import Store
 
 ADMIN, PROVISIONER, JOIN = "admin-token-0123456789", "prov-token-0123456789", "join-token-0123"
 READ = "read-token-0123456789"

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.integration.fake_controller import REFUSAL, Exchange, FakeController, gzip_bomb
-from xce_agent.bounded_http import (
+from xce_agent.controller.bounded_http import (
     HttpFailure,
     Reply,
     Target,

@@ -13,10 +13,10 @@ from contextlib import contextmanager, suppress
 import pytest
 
 from tests.metadata_emulator import Emulator, aws_event_time, rfc1123, rfc3339, spot
-from xce_agent.cloud.fetch import BoundedHttp, MetadataError
-from xce_agent.cloud.sources import aws_sources
-from xce_agent.cloud.watcher import Watcher, watcher_for
-from xce_agent.cloud_config import CloudConfig
+from xce_agent.config.cloud import CloudConfig
+from xce_agent.notices.fetch import BoundedHttp, MetadataError
+from xce_agent.notices.sources import aws_sources
+from xce_agent.notices.watcher import Watcher, watcher_for
 from xce_protocol.notices import Impact, Notice, NoticeKind, NoticeState
 
 WAIT = 10.0
@@ -227,7 +227,7 @@ FAULTS = [
 def test_bad_metadata_is_logged_once_and_the_watch_recovers(
     emulator: Emulator, caplog: pytest.LogCaptureFixture, provider: str, fault: dict[str, object]
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="xce_agent.cloud")
+    caplog.set_level(logging.DEBUG, logger="xce_agent.notices")
     emulator.change({"fault": fault})
     sources = len(watcher_for(CloudConfig(provider, emulator.url), print).sources)  # type: ignore[union-attr]
 
@@ -261,7 +261,7 @@ def test_absent_metadata_service_is_logged_once(caplog: pytest.LogCaptureFixture
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
-    caplog.set_level(logging.DEBUG, logger="xce_agent.cloud")
+    caplog.set_level(logging.DEBUG, logger="xce_agent.notices")
     with watching("aws", f"http://127.0.0.1:{port}") as (watcher, got):
         assert until(lambda: sum("still unavailable" in r.message for r in caplog.records) >= 6)
         warned = [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -143,7 +143,7 @@ def test_jobs_drain_and_to_return_through_xcecli(ctl: ControllerProcess) -> None
             [
                 sys.executable,
                 "-m",
-                "xce_controller.xcecli",
+                "xce_controller.cli.xcecli",
                 "--url",
                 ctl.url,
                 "--token",
@@ -185,7 +185,7 @@ def test_without_a_configured_admin_token_one_is_made_beside_the_database(tmp_pa
             [
                 sys.executable,
                 "-m",
-                "xce_controller.xcecli",
+                "xce_controller.cli.xcecli",
                 "--url",
                 ctl.url,
                 "--token-file",

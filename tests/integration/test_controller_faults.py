@@ -19,7 +19,7 @@ import requests
 
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
-from xce_controller.store import Store
+from xce_controller.store.sqlite import Store
 
 CONFIG = """\
 version: 1
@@ -71,7 +71,7 @@ def state(ctl: ControllerProcess, name: str) -> str:
 
 
 def xcecli(ctl: ControllerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "xce_controller.xcecli", "--url", ctl.url, "--token", "adm1n"]
+    argv = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", ctl.url, "--token", "adm1n"]
     return subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30)
 
 
@@ -432,10 +432,10 @@ def test_a_database_replaced_under_the_controller_refuses_writes(
 
 
 def test_an_idle_controller_of_10000_hosts_does_next_to_no_work(tmp_path: Path) -> None:
-    from xce_controller import lifecycle as lc
-    from xce_controller.config import load_cluster_config
-    from xce_controller.facts import apply
-    from xce_controller.model import Cluster
+    from xce_controller.core import lifecycle as lc
+    from xce_controller.core.config import load_cluster_config
+    from xce_controller.core.facts import apply
+    from xce_controller.core.model import Cluster
 
     (tmp_path / "cluster.yaml").write_text(
         CONFIG.replace("host_loss_grace: 3s", "host_loss_grace: 10m")

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.test_observe_controller import CONFIG
-from xce_controller import lifecycle as lc
-from xce_controller.config import load_cluster_config
-from xce_controller.events import EventHub
-from xce_controller.model import AdminAction, Host
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.config import load_cluster_config
+from xce_controller.core.model import AdminAction, Host
+from xce_controller.http.events import EventHub
 from xce_controller.service import Controller
-from xce_controller.store import Store
+from xce_controller.store.sqlite import Store
 
 HOSTS, FOLLOWERS = 300, 200
 

@@ -65,7 +65,7 @@ def test_xcecli_follow_prints_every_event_once_across_a_restart(tmp_path: Path) 
     args = ["--url", ctl.url, "--token", "r3ad", "events", "--follow", "--json"]
     with open(out, "wb") as sink, open(tmp_path / "events.err", "wb") as err:
         cli = subprocess.Popen(
-            [sys.executable, "-m", "xce_controller.xcecli", *args], stdout=sink, stderr=err
+            [sys.executable, "-m", "xce_controller.cli.xcecli", *args], stdout=sink, stderr=err
         )
     try:
         expect(ctl, "i-1")

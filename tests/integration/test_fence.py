@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import alive, group_members, wait_for
-from xce_agent import fence
+from xce_agent.singletons import fence
 from xce_agent.supervision.cgroups import cgroup2_mount
 
 # The component: records its environment and open descriptors, starts a grandchild in its
@@ -45,7 +45,7 @@ class Fenced:
         script.write_text(COMPONENT)
         self.read, self.write = os.pipe()
         env = {**os.environ, fence.FD_ENV: str(self.read), fence.NAME_ENV: "prov"}
-        command = [sys.executable, "-m", "xce_agent.fence", "--stop-signal", "15"]
+        command = [sys.executable, "-m", "xce_agent.singletons.fence", "--stop-signal", "15"]
         command += ["--stop-timeout", str(stop_timeout), "--", sys.executable, str(script)]
         command += [str(self.out)] + (["ignore"] if ignore_term else [])
         self.proc = subprocess.Popen(
@@ -184,7 +184,7 @@ def test_in_the_components_cgroup_what_left_the_group_is_stopped_too(tmp_path: P
     # agent's (this test's), with the agent's pid to tell the two apart.
     procs = os.open(leaf / "cgroup.procs", os.O_WRONLY)
     env = {**os.environ, fence.FD_ENV: str(read), fence.AGENT_ENV: str(os.getpid())}
-    command = [sys.executable, "-m", "xce_agent.fence", "--stop-signal", "15"]
+    command = [sys.executable, "-m", "xce_agent.singletons.fence", "--stop-signal", "15"]
     command += ["--stop-timeout", "0.5", "--", sys.executable, str(script), str(pid_file)]
     proc = subprocess.Popen(
         command,

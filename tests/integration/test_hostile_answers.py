@@ -41,8 +41,8 @@ from tests.integration.fake_controller import (
     self_signed,
 )
 from tests.integration.helpers import alive, wait_for
-from xce_agent.config import ControllerConfig
-from xce_agent.controller_client import ControllerClient
+from xce_agent.config.agent import ControllerConfig
+from xce_agent.controller.client import ControllerClient
 from xce_protocol.protocol import Identity, Outcome
 
 PARALLEL = 4

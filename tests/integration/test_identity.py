@@ -353,7 +353,7 @@ def test_a_token_file_that_holds_no_usable_token_is_refused(
 
 
 def test_xcecli_refuses_a_token_no_header_can_carry(api: Api) -> None:
-    cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", api.ctl.url]
+    cli = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", api.ctl.url]
     out = subprocess.run(
         [*cli, "--token", "\u20acuro-0123456789", "hosts"],
         capture_output=True,
@@ -374,7 +374,7 @@ def test_per_instance_token_is_single_use_and_minted_once(api: Api) -> None:
     cli = [
         sys.executable,
         "-m",
-        "xce_controller.xcecli",
+        "xce_controller.cli.xcecli",
         "--url",
         api.ctl.url,
         "--token",

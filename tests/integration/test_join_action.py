@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.integration.helpers import group_members, wait_for
-from xce_agent.join_action import SHOWN, ActionRun
+from xce_agent.controller.join_action import SHOWN, ActionRun
 
 FLOOD = "import sys\nfor _ in range(768): sys.stdout.write('x' * (1 << 20))\nprint('end')"
 

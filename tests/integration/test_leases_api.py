@@ -17,9 +17,9 @@ import pytest
 import requests
 
 from tests.integration.controller_proc import ControllerProcess
-from xce_controller import leases
-from xce_controller.events import KEEPALIVE
-from xce_controller.store import Store
+from xce_controller.core import leases
+from xce_controller.http.events import KEEPALIVE
+from xce_controller.store.sqlite import Store
 
 TTL = 1.5
 CONFIG = """\
@@ -102,7 +102,7 @@ def test_grant_refuse_renew_release(ctl: ControllerProcess) -> None:
         [
             sys.executable,
             "-m",
-            "xce_controller.xcecli",
+            "xce_controller.cli.xcecli",
             "--url",
             ctl.url,
             "--token",
@@ -246,7 +246,7 @@ def test_why_tells_each_hosts_grants_releases_and_losses(ctl: ControllerProcess)
     assert listing(ctl)["prov"]["last_holder"] == "b"  # who to ask why nobody holds it
 
     def why(name: str) -> str:
-        cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", ctl.url]
+        cli = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", ctl.url]
         return subprocess.run(
             [*cli, "--token", "adm1n", "why", name],
             capture_output=True,
@@ -337,7 +337,7 @@ def test_xcecli_leases_says_one_line_for_an_answer_that_is_no_lease_list(
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        cli = [sys.executable, "-m", "xce_controller.xcecli", "--url", url, "--token", "t"]
+        cli = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", url, "--token", "t"]
         shown = subprocess.run(
             [*cli, "leases"],
             capture_output=True,

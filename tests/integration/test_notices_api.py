@@ -15,7 +15,7 @@ import requests
 from tests.integration.bearers import Bearers
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
-from xce_controller.store import Store
+from xce_controller.store.sqlite import Store
 
 CONFIG = """\
 version: 1
@@ -59,7 +59,7 @@ def job_state(ctl: ControllerProcess, job_id: int) -> dict[str, Any]:
 
 
 def xcecli(ctl: ControllerProcess, *args: str) -> str:
-    cmd = [sys.executable, "-m", "xce_controller.xcecli", "--url", ctl.url, "--token", "adm1n"]
+    cmd = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", ctl.url, "--token", "adm1n"]
     return subprocess.run([*cmd, *args], capture_output=True, text=True, check=True).stdout
 
 

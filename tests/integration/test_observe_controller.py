@@ -16,8 +16,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.helpers import wait_for
-from xce_controller.config import load_cluster_config
-from xce_controller.server import EmbeddedController
+from xce_controller.core.config import load_cluster_config
+from xce_controller.http.server import EmbeddedController
 
 CONFIG = """\
 version: 1
@@ -215,7 +215,16 @@ def test_follow_delivers_a_commit_without_polling(ctl: EmbeddedController) -> No
 
 def xcecli(ctl: EmbeddedController, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "xce_controller.xcecli", "--url", ctl.url, "--token", "r3ad", *args],
+        [
+            sys.executable,
+            "-m",
+            "xce_controller.cli.xcecli",
+            "--url",
+            ctl.url,
+            "--token",
+            "r3ad",
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -272,7 +281,7 @@ def test_followers_that_hang_up_leave_nothing_behind(ctl: EmbeddedController) ->
 
 
 def test_storage_errors_are_counted_and_shown(ctl: EmbeddedController) -> None:
-    from xce_controller.store import StorageUnavailable
+    from xce_controller.store.sqlite import StorageUnavailable
 
     store = ctl.controller.store
     real = store.commit

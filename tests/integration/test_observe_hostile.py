@@ -17,11 +17,11 @@ import pytest
 import requests
 
 from tests.integration.test_observe_controller import CONFIG, JOIN, READ, call
-from xce_controller.api import create_app
-from xce_controller.config import load_cluster_config
-from xce_controller.server import EmbeddedController
+from xce_controller.core.config import load_cluster_config
+from xce_controller.http.api import create_app
+from xce_controller.http.server import EmbeddedController
 from xce_controller.service import Controller
-from xce_controller.store import Store
+from xce_controller.store.sqlite import Store
 
 HOSTILE = "\x1b]0;owned\x07\x1b[2J<script>alert(1)</script>\r\nforged line \x9b31m"
 
@@ -126,7 +126,7 @@ def xcecli(ctl: EmbeddedController, *args: str) -> subprocess.CompletedProcess[s
         [
             sys.executable,
             "-m",
-            "xce_controller.xcecli",
+            "xce_controller.cli.xcecli",
             "--url",
             ctl.url,
             "--token",

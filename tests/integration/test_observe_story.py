@@ -181,7 +181,7 @@ def test_events_follow_survives_a_controller_restart_without_gaps_or_repeats(
     out = open(tmp_path / "events.out", "w+")  # noqa: SIM115 - closed below
     args = ["--url", ctl.url, "--token", "r3ad", "events", "--follow", "--json"]
     cli = subprocess.Popen(
-        [sys.executable, "-m", "xce_controller.xcecli", *args],
+        [sys.executable, "-m", "xce_controller.cli.xcecli", *args],
         stdout=out,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,10 +12,10 @@ schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.core.parameters import ParameterLocation  # noqa: E402
 
-from xce_controller.api import create_app  # noqa: E402
-from xce_controller.config import load_cluster_config  # noqa: E402
+from xce_controller.core.config import load_cluster_config  # noqa: E402
+from xce_controller.http.api import create_app  # noqa: E402
 from xce_controller.service import Controller  # noqa: E402
-from xce_controller.store import Store  # noqa: E402
+from xce_controller.store.sqlite import Store  # noqa: E402
 
 
 def make_app(tmp: Path) -> object:

@@ -20,9 +20,9 @@ import requests
 import uvicorn
 
 from tests.integration.controller_proc import ControllerProcess
-from xce_controller import read_deadline
-from xce_controller.config import load_cluster_config
-from xce_controller.server import EmbeddedController
+from xce_controller.core.config import load_cluster_config
+from xce_controller.http import read_deadline
+from xce_controller.http.server import EmbeddedController
 
 TIMEOUT = 1.0
 

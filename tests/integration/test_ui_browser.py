@@ -18,8 +18,8 @@ import pytest
 import requests
 
 from tests.integration.helpers import wait_for
-from xce_controller.config import load_cluster_config
-from xce_controller.server import EmbeddedController
+from xce_controller.core.config import load_cluster_config
+from xce_controller.http.server import EmbeddedController
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
 from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from xce_agent import lease_holder as lh
-from xce_agent.metrics_file import Tally, render, sample
-from xce_agent.metrics_leases import LeaseCounts, SingletonSample, count
+from xce_agent.core import lease_holder as lh
+from xce_agent.metrics.file import Tally, render, sample
+from xce_agent.metrics.leases import LeaseCounts, SingletonSample, count
 from xce_agent.state import AgentState
 
 TERMS = lh.Terms("prov", ttl=3.0, margin=0.8)

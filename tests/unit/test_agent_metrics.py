@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.metrics_config import MetricsConfig, parse_metrics
-from xce_agent.metrics_file import MetricsFile, Tally, exit_code, render, sample
+from xce_agent.config.metrics import MetricsConfig, parse_metrics
+from xce_agent.metrics.file import MetricsFile, Tally, exit_code, render, sample
 from xce_agent.state import AgentState, ComponentRecord
 from xce_agent.supervision.machine import ExitInfo
 from xce_protocol.validation import Checker
@@ -158,7 +158,7 @@ def test_a_busy_port_is_logged_and_the_file_still_written(
 ) -> None:
     import socket
 
-    from xce_agent.metrics_agent import AgentMetrics
+    from xce_agent.metrics.agent import AgentMetrics
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -177,7 +177,7 @@ def test_the_port_serves_the_latest_sample_with_the_heartbeat_age(tmp_path: Path
     import time
     import urllib.request
 
-    from xce_agent.metrics_agent import AgentMetrics
+    from xce_agent.metrics.agent import AgentMetrics
 
     metrics = AgentMetrics(MetricsConfig(None, ("127.0.0.1", 0)))
     assert metrics.port is not None
@@ -198,7 +198,7 @@ def test_the_port_serves_the_latest_sample_with_the_heartbeat_age(tmp_path: Path
 
 
 def test_notice_pending_while_a_provider_event_is_active(tmp_path: Path) -> None:
-    from xce_agent.metrics_agent import AgentMetrics
+    from xce_agent.metrics.agent import AgentMetrics
 
     metrics = AgentMetrics(MetricsConfig(tmp_path / "a.prom"))
     metrics.update(state(), {}, contact=True, decommissioned=False)

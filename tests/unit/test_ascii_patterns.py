@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xce_controller.config import load_cluster_config
+from xce_controller.core.config import load_cluster_config
 from xce_protocol.errors import ConfigError
 from xce_protocol.validation import parse_duration
 

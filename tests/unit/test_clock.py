@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.unit.test_lifecycle import CFG
-from xce_controller import lifecycle as lc
 from xce_controller.clock import SteadyClock
-from xce_controller.model import HostState
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.model import HostState
 from xce_controller.service import Controller
-from xce_controller.store import Store
+from xce_controller.store.sqlite import Store
 
 
 class Fake:

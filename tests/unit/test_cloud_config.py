@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.cloud_config import NO_CLOUD
-from xce_agent.config import load_config
+from xce_agent.config.agent import load_config
+from xce_agent.config.cloud import NO_CLOUD
 from xce_agent.errors import ConfigError
 
 PY = sys.executable
@@ -154,7 +154,7 @@ def test_bad_notice_signal(tmp_path: Path) -> None:
 
 
 def test_rendered_user_data_without_cloud_notices_has_no_cloud_section() -> None:
-    from xce_agent.userdata import UserData, agent_config
+    from xce_agent.operator.userdata import UserData, agent_config
 
     assert agent_config(UserData("http://c"))["cloud"] == {"provider": "auto"}
     assert "cloud" not in agent_config(UserData("http://c", cloud_provider="none"))

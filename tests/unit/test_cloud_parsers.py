@@ -7,9 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from xce_agent.cloud import aws, azure, gce
-from xce_agent.cloud.observed import MetadataGarbage, Observed
-from xce_agent.cloud.watcher import Tracker
+from xce_agent.notices import aws, azure, gce
+from xce_agent.notices.observed import MetadataGarbage, Observed
+from xce_agent.notices.watcher import Tracker
 from xce_protocol.notices import (
     BadNotice,
     Impact,

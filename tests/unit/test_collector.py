@@ -14,7 +14,7 @@ from tests.unit.test_lifecycle import CFG
 from xce_controller import collector
 from xce_controller.collector import MAX_PERIOD, MIN_PERIOD, PAUSE_BUDGET, next_period
 from xce_controller.service import Controller
-from xce_controller.store import Store
+from xce_controller.store.sqlite import Store
 
 
 def test_a_costly_pass_shortens_the_period_at_once_to_the_budget() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.config import load_config
+from xce_agent.config.agent import load_config
 from xce_agent.errors import ConfigError
 from xce_agent.supervision.spec import ProbeKind, RestartPolicy
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.unit.test_error_exits import _one_line, _runner
-from xce_controller.cli import main as controller_main
-from xce_controller.xcecli import main as xcecli_main
+from xce_controller.cli.controller import main as controller_main
+from xce_controller.cli.xcecli import main as xcecli_main
 
 
 def test_controller_bad_listen_is_a_usage_error() -> None:

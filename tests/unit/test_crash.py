@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import Any
 
 from tests.unit.test_lifecycle import CFG, World
-from xce_controller import crash
-from xce_controller import lifecycle as lc
-from xce_controller.model import AdminAction, HostState
+from xce_controller.core import crash
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.model import AdminAction, HostState
 
 
 def report(state: str, role: str = "worker") -> dict[str, Any]:

@@ -8,8 +8,8 @@ import pytest
 import urllib3
 
 from tests.unit.test_config import minimal, problems, write
-from xce_agent.config import load_config, loopback_url
-from xce_agent.credential import CredentialStore, HostCredential, from_answer
+from xce_agent.config.agent import load_config, loopback_url
+from xce_agent.controller.credential import CredentialStore, HostCredential, from_answer
 from xce_protocol.errors import ConfigError
 
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from xce_agent.cli import main as agent_main
 from xce_agent.errors import StopTimedOut
-from xce_agent.operator_client import OperatorError
+from xce_agent.operator.client import OperatorError
+from xce_agent.operator.stopping import StopFailed
 from xce_agent.sample_worker import DECOMMISSIONED_EXIT, Decommissioned
-from xce_agent.stopping import StopFailed
 from xce_protocol.errors import XceError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # agent for each singleton component).
 CLI_LAYER = {
     "xce_agent/cli.py",
-    "xce_agent/fence.py",
-    "xce_controller/cli.py",
-    "xce_controller/xcecli.py",
+    "xce_agent/singletons/fence.py",
+    "xce_controller/cli/controller.py",
+    "xce_controller/cli/xcecli.py",
 }
 
 

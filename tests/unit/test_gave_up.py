@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_lifecycle import World
-from xce_controller import lifecycle as lc
-from xce_controller.gave_up import gave_up
-from xce_controller.model import HostState
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.gave_up import gave_up
+from xce_controller.core.model import HostState
 
 
 def test_a_repeat_adds_nothing() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.config import load_config
+from xce_agent.config.agent import load_config
 from xce_agent.errors import ConfigError
 from xce_agent.supervision.backoff import restart_delay
 from xce_agent.supervision.spec import RestartSpec
@@ -173,7 +173,7 @@ def test_a_fifo_as_config_is_refused_without_hanging(tmp_path: Path) -> None:
 
 
 def test_controller_config_still_loads_with_anchors(tmp_path: Path) -> None:
-    from xce_controller.config import load_cluster_config
+    from xce_controller.core.config import load_cluster_config
 
     path = tmp_path / "cluster.yaml"
     path.write_text(
@@ -205,7 +205,7 @@ def test_more_components_than_a_heartbeat_may_report_are_refused(tmp_path: Path)
 def test_the_request_read_timeout_is_a_duration(
     tmp_path: Path, value: str, expected: float
 ) -> None:
-    from xce_controller.config import load_cluster_config
+    from xce_controller.core.config import load_cluster_config
 
     path = tmp_path / "cluster.yaml"
     path.write_text(
@@ -216,7 +216,7 @@ def test_the_request_read_timeout_is_a_duration(
 
 @pytest.mark.parametrize("value", [".nan", ".inf", "0", "500ms", "2h", "-1s", "true", "[]"])
 def test_a_bad_request_read_timeout_is_one_clear_error(tmp_path: Path, value: str) -> None:
-    from xce_controller.config import load_cluster_config
+    from xce_controller.core.config import load_cluster_config
 
     path = tmp_path / "cluster.yaml"
     path.write_text(

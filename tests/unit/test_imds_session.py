@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import pytest
 
-from xce_agent.cloud import aws
-from xce_agent.cloud.fetch import Reply
-from xce_agent.cloud.observed import MetadataGarbage
-from xce_agent.cloud.sources import TOKEN_REFRESH, ImdsSession
+from xce_agent.notices import aws
+from xce_agent.notices.fetch import Reply
+from xce_agent.notices.observed import MetadataGarbage
+from xce_agent.notices.sources import TOKEN_REFRESH, ImdsSession
 
 
 class FakeImds:

@@ -32,8 +32,8 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("module", "line"),
     [
-        ("xce_agent/agent.py", "import xce_controller.jobs"),
-        ("xce_controller/jobs.py", "from xce_agent import state"),
+        ("xce_agent/agent.py", "import xce_controller.core.jobs"),
+        ("xce_controller/core/jobs.py", "from xce_agent import state"),
         ("xce_protocol/roles.py", "import xce_agent.errors"),
     ],
 )

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from xce_agent import join_deadline as jd
-from xce_agent.config import load_config
+from xce_agent.config.agent import load_config
+from xce_agent.controller import join_deadline as jd
 from xce_agent.errors import ConfigError
-from xce_agent.userdata import UserData, render
+from xce_agent.operator.userdata import UserData, render
 
 
 def test_gives_up_once_at_the_deadline_with_the_last_problem() -> None:

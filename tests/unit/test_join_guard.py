@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from xce_agent.config import load_config
-from xce_agent.credential import CredentialStore, HostCredential
-from xce_agent.join_guard import JoinGuard
+from xce_agent.config.agent import load_config
+from xce_agent.controller.credential import CredentialStore, HostCredential
+from xce_agent.controller.join_guard import JoinGuard
 from xce_agent.supervision.reactor import Reactor
 
 

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from xce_controller import credentials, deadlines, joining
-from xce_controller import lifecycle as lc
-from xce_controller.config import ClusterConfig, Template
-from xce_controller.facts import apply
-from xce_controller.model import AdminAction, Cluster, Fact, HostState
+from xce_controller.core import credentials, deadlines, joining
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.config import ClusterConfig, Template
+from xce_controller.core.facts import apply
+from xce_controller.core.model import AdminAction, Cluster, Fact, HostState
 
 CFG = ClusterConfig(
     templates={"default": Template("default", slots=2)},

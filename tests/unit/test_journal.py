@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.journal import CodeFormatter, JournalHandler, field, priority
+from xce_agent.system.journal import CodeFormatter, JournalHandler, field, priority
 from xce_protocol.reasons import Reason
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from xce_agent import lease_holder as lh
-from xce_agent.lease_client import interpret
-from xce_agent.singletons import fenced
+from xce_agent.controller.lease_client import interpret
+from xce_agent.core import lease_holder as lh
+from xce_agent.singletons.runner import fenced
 from xce_agent.supervision.spec import ComponentSpec, SingletonSpec
 from xce_protocol.protocol import Identity, classify
 
@@ -84,7 +84,7 @@ def test_a_singleton_runs_under_its_fence() -> None:
     assert wrapped.command == (
         sys.executable,
         "-m",
-        "xce_agent.fence",
+        "xce_agent.singletons.fence",
         "--stop-signal",
         "2",
         "--stop-timeout",

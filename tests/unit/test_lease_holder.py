@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from xce_agent import lease_holder as lh
-from xce_controller import leases as ls
+from xce_agent.core import lease_holder as lh
+from xce_controller.core import leases as ls
 
 TERMS = lh.Terms("prov", ttl=3.0, margin=0.8)  # stop timeout 0.5 + guard 0.3
 

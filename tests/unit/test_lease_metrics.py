@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from xce_controller import lease_metrics
+from xce_controller.core.lifecycle import Refused
+from xce_controller.http import lease_metrics
 from xce_controller.lease_desk import LeaseDesk
-from xce_controller.lifecycle import Refused
-from xce_controller.store import Store
+from xce_controller.store.sqlite import Store
 
 
 class Clock:

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from xce_controller import leases as ls
-from xce_controller.model import Fact
+from xce_controller.core import leases as ls
+from xce_controller.core.model import Fact
 
 
 def acquire(book: ls.Book, host: str, now: float, session: str = "s1", ttl: float = 10.0):  # type: ignore[no-untyped-def]

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from xce_agent.errors import ConfigError
-from xce_controller import credentials, deadlines
-from xce_controller import jobs as jobmodel
-from xce_controller import lifecycle as lc
-from xce_controller.config import ClusterConfig, Template, load_cluster_config
-from xce_controller.facts import apply
-from xce_controller.model import (
+from xce_controller.core import credentials, deadlines
+from xce_controller.core import jobs as jobmodel
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.config import ClusterConfig, Template, load_cluster_config
+from xce_controller.core.facts import apply
+from xce_controller.core.model import (
     AdminAction,
     Cluster,
     DrainPolicy,
@@ -401,7 +401,7 @@ def test_bad_cluster_config(tmp_path: Path, text: str, message: str) -> None:
 
 
 def test_a_hosts_record_keeps_its_newest_changes_and_the_facts_keep_them_all() -> None:
-    from xce_controller.facts import HISTORY_KEPT
+    from xce_controller.core.facts import HISTORY_KEPT
 
     w = World()
     key = w.join("flappy")

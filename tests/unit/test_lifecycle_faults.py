@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.unit.test_lifecycle import CFG, World
-from xce_controller import deadlines
-from xce_controller import jobs as jobmodel
-from xce_controller import lifecycle as lc
-from xce_controller.config import Template
-from xce_controller.model import AdminAction, HostState, JobEvent, JobState
+from xce_controller.core import deadlines
+from xce_controller.core import jobs as jobmodel
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.config import Template
+from xce_controller.core.model import AdminAction, HostState, JobEvent, JobState
 
 
 def _draining_with_a_job(w: World) -> int:

@@ -9,11 +9,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from xce_agent import link as lk
-from xce_agent import membership as ms
-from xce_agent.config import ControllerConfig
-from xce_agent.credential import HostCredential
-from xce_agent.link import ControllerLink, clamp, retry_delay
+from xce_agent.config.agent import ControllerConfig
+from xce_agent.controller import link as lk
+from xce_agent.controller.credential import HostCredential
+from xce_agent.controller.link import ControllerLink, clamp, retry_delay
+from xce_agent.core import membership as ms
 from xce_protocol.protocol import Answer, Identity, Outcome
 
 E = TypeVar("E")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from xce_agent import membership as ms
-from xce_agent.link_answers import labelled, notice_events, unknown, version_of
+from xce_agent.core import membership as ms
+from xce_agent.core.answers import labelled, notice_events, unknown, version_of
 from xce_protocol.protocol import Answer, Outcome
 
 

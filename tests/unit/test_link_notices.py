@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.unit.test_link import Events, FakeClient, until
-from xce_agent import link as lk
-from xce_agent import membership as ms
-from xce_agent.link import ControllerLink
+from xce_agent.controller import link as lk
+from xce_agent.controller.link import ControllerLink
+from xce_agent.core import membership as ms
 from xce_protocol.protocol import Answer, Outcome
 
 

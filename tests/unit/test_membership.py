@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from xce_agent import membership as ms
-from xce_agent.membership import MembershipState, Standing
+from xce_agent.core import membership as ms
+from xce_agent.core.membership import MembershipState, Standing
 from xce_agent.state import AgentState, Lifecycle
 
 WORKER = "worker"

@@ -3,8 +3,8 @@ and an OS shutdown announced to the controller before the components are stopped
 
 from __future__ import annotations
 
-from xce_agent import membership as ms
-from xce_agent.membership import MembershipState
+from xce_agent.core import membership as ms
+from xce_agent.core.membership import MembershipState
 from xce_protocol.notices import Notice, NoticeKind
 
 SPOT = Notice(NoticeKind.PREEMPTION, "aws", "aws-spot", 2000.0)

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from xce_agent.notice_relay import NoticeRelay, with_notice_file
-from xce_agent.notice_sender import NoticeSender
+from xce_agent.controller.notice_sender import NoticeSender
+from xce_agent.notices.relay import NoticeRelay, with_notice_file
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol.notices import Notice, NoticeKind, NoticeState
 from xce_protocol.protocol import Answer, Outcome
@@ -135,8 +135,8 @@ def test_a_refused_notice_is_not_retried_and_order_is_kept() -> None:
 def test_a_failed_azure_approval_is_tried_again_at_the_next_drained_answer(
     tmp_path: Path,
 ) -> None:
-    from xce_agent.cloud_config import CloudConfig
-    from xce_agent.cloud_notices import CloudNotices
+    from xce_agent.config.cloud import CloudConfig
+    from xce_agent.notices.watching import CloudNotices
 
     class FakeWatcher:
         def __init__(self) -> None:
@@ -172,10 +172,10 @@ def test_a_failed_azure_approval_is_tried_again_at_the_next_drained_answer(
 def test_a_notice_the_controller_holds_but_the_provider_no_longer_announces_is_ended_once(
     tmp_path: Path,
 ) -> None:
-    from xce_agent.cloud.observed import Observed
-    from xce_agent.cloud.watcher import Watcher
-    from xce_agent.cloud_config import CloudConfig
-    from xce_agent.cloud_notices import CloudNotices
+    from xce_agent.config.cloud import CloudConfig
+    from xce_agent.notices.observed import Observed
+    from xce_agent.notices.watcher import Watcher
+    from xce_agent.notices.watching import CloudNotices
 
     class Source:
         name = "aws spot"
@@ -201,7 +201,7 @@ def test_a_notice_the_controller_holds_but_the_provider_no_longer_announces_is_e
 
 
 def test_a_notice_is_relayed_until_its_deadline_not_only_five_minutes() -> None:
-    from xce_agent.notice_sender import GIVE_UP, MAX_RETRY, retry_for
+    from xce_agent.controller.notice_sender import GIVE_UP, MAX_RETRY, retry_for
 
     now = 10_000.0
     assert retry_for(replace_deadline(None), now) == GIVE_UP

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from xce_controller import credentials, deadlines, notices
-from xce_controller import jobs as jobmodel
-from xce_controller import lifecycle as lc
-from xce_controller.codec import host_from_json, host_to_json
-from xce_controller.config import ClusterConfig, Template, load_cluster_config
-from xce_controller.facts import apply
-from xce_controller.model import AdminAction, Cluster, Fact, HostState, JobEvent, JobState
-from xce_controller.notice_config import NoticeSettings
+from xce_controller.core import credentials, deadlines, notices
+from xce_controller.core import jobs as jobmodel
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.codec import host_from_json, host_to_json
+from xce_controller.core.config import ClusterConfig, Template, load_cluster_config
+from xce_controller.core.facts import apply
+from xce_controller.core.model import AdminAction, Cluster, Fact, HostState, JobEvent, JobState
+from xce_controller.core.notice_config import NoticeSettings
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Impact, Notice, NoticeKind, NoticeState
 

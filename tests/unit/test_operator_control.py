@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from xce_agent.operator import plan_reload
+from xce_agent.operator.verbs import plan_reload
 from xce_agent.supervision.spec import ComponentSpec, ResourceLimits, RestartSpec
 
 
@@ -42,7 +42,7 @@ def test_the_control_socket_works_under_a_deep_directory(tmp_path: Path) -> None
     import threading
     import time
 
-    from xce_agent.control import Answer, ControlServer, request
+    from xce_agent.operator.control import Answer, ControlServer, request
     from xce_agent.supervision.reactor import Reactor
 
     deep = tmp_path / ("d" * 120)

@@ -7,9 +7,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from xce_agent.pending_notices import PendingNotice, from_json, update
+from xce_agent.core.pending_notices import PendingNotice, from_json, update
+from xce_agent.operator.status import render_status
 from xce_agent.state import AgentState, Lifecycle, StateStore
-from xce_agent.status_view import render_status
 from xce_protocol.notices import Impact, Notice, NoticeKind, NoticeState
 
 SPOT = Notice(NoticeKind.PREEMPTION, "aws", "aws-spot", 2120.0)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from xce_agent.config import load_config
-from xce_agent.userdata import UserData, render
+from xce_agent.config.agent import load_config
+from xce_agent.operator.userdata import UserData, render
 from xce_protocol.protocol import Identity, Outcome, classify, template_of
 
 ME = Identity("node1", "i-1")

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from xce_controller import read_deadline
+from xce_controller.http import read_deadline
 
 
 def test_a_flood_is_one_line_now_and_its_rest_a_line_soon_after(
@@ -22,7 +22,7 @@ def test_a_flood_is_one_line_now_and_its_rest_a_line_soon_after(
             closed.note(("192.0.2.7", port), 30.0)
         await asyncio.sleep(0.5)  # the flood is over: nothing more comes
 
-    with caplog.at_level(logging.WARNING, logger="xce_controller.read_deadline"):
+    with caplog.at_level(logging.WARNING, logger="xce_controller.http.read_deadline"):
         asyncio.run(flood())
     lines = [r.getMessage() for r in caplog.records]
     assert closed.total == 400

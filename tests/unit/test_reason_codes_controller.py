@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_notices_lifecycle import World
-from xce_controller import deadlines
-from xce_controller import lifecycle as lc
-from xce_controller.model import AdminAction, DrainPolicy, Fact
+from xce_controller.core import deadlines
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.model import AdminAction, DrainPolicy, Fact
 from xce_protocol.notices import NoticeKind
 from xce_protocol.reasons import Reason
 

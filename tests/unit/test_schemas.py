@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from xce_controller.schemas import HeartbeatBody, JobReportBody, JoinBody, SubmitBody
+from xce_controller.http.schemas import HeartbeatBody, JobReportBody, JoinBody, SubmitBody
 
 Body = Any
 
@@ -80,8 +80,8 @@ def test_resources_keep_their_json_types() -> None:
 def test_the_agents_heartbeat_of_a_worker_that_cannot_start_is_taken(tmp_path: Any) -> None:
     # A worker removed under a long path fails to start with the path in its last exit: 637
     # characters were refused (422) on every heartbeat, so the host was lost, not closed.
-    from xce_agent.config import load_config
-    from xce_agent.reports import Reports
+    from xce_agent.config.agent import load_config
+    from xce_agent.controller.reports import Reports
     from xce_agent.state import AgentState, ComponentRecord
 
     config = tmp_path / "agent.yaml"

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from xce_agent.errors import ConfigError
-from xce_controller import deadlines
-from xce_controller import lifecycle as lc
-from xce_controller.model import HostState
-from xce_controller.scenario import load_scenario
-from xce_controller.sim_report import Summary
-from xce_controller.simulate import run_scenario
+from xce_controller.core import deadlines
+from xce_controller.core import lifecycle as lc
+from xce_controller.core.model import HostState
+from xce_controller.sim.report import Summary
+from xce_controller.sim.scenario import load_scenario
+from xce_controller.sim.simulate import run_scenario
 
 SCENARIO = """\
 version: 1
@@ -145,7 +145,7 @@ def test_stuck_hosts_and_reclaims_that_could_not_happen_are_named(tmp_path: Path
 
 def test_plot_draws_hosts_by_state_and_jobs_by_outcome(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the plot is an optional extra (matplotlib)")
-    from xce_controller.sim_report import plot
+    from xce_controller.sim.report import plot
 
     summary = _faults(tmp_path)
     out = tmp_path / "plot.png"

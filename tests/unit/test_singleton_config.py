@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.config import AgentConfig, load_config
+from xce_agent.config.agent import AgentConfig, load_config
 from xce_agent.errors import ConfigError
 from xce_agent.supervision.spec import SingletonSpec
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from xce_agent.singleton_holds import SingletonHold, from_json
+from xce_agent.core.singleton_holds import SingletonHold, from_json
+from xce_agent.operator.status import render_status
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
-from xce_agent.status_view import render_status
 
 PROV = ComponentRecord(name="prov", role="provisioner", phase="running", pid=42)
 WAITING = SingletonHold(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xce_controller.spot_scenario import SpotScenario, render, run_spot
+from xce_controller.sim.spot import SpotScenario, render, run_spot
 
 
 def test_notices_turn_lost_jobs_into_jobs_requeued_in_time() -> None:
@@ -28,6 +28,6 @@ def test_without_interruptions_both_runs_agree() -> None:
 
 
 def spec_grace() -> float:
-    from xce_controller.spot_scenario import spot_cluster
+    from xce_controller.sim.spot import spot_cluster
 
     return spot_cluster(1).host_loss_grace

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from xce_agent.demo_launcher import install_hint
+from xce_agent.core.membership import MembershipState, Standing
 from xce_agent.errors import StateError
-from xce_agent.membership import MembershipState, Standing
+from xce_agent.operator.demo import install_hint
+from xce_agent.operator.status import render_status
+from xce_agent.operator.status_line import status_line
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
-from xce_agent.status_line import status_line
-from xce_agent.status_view import render_status
 
 
 def sample() -> AgentState:
@@ -139,7 +139,7 @@ def test_status_shows_uptime_next_retry_note_tail_and_staleness() -> None:
 def test_the_files_the_agent_writes_mark_its_own_state_directory(tmp_path: Path) -> None:
     """A restart finds what the last run left (the host credential of its join among it) and
     takes the directory as its own; one foreign file still refuses it."""
-    from xce_agent.credential import CREDENTIAL_FILE
+    from xce_agent.controller.credential import CREDENTIAL_FILE
 
     for name in ("state.json", "template.json", CREDENTIAL_FILE, ".credential.json.x1"):
         (tmp_path / name).write_text("{}")

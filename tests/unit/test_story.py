@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from xce_controller.story import duration, story
+from xce_controller.core.story import duration, story
 
 
 def ev(seq: int, at: float, kind: str, by: str = "controller", **data: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from xce_controller.timers import Timers
+from xce_controller.core.timers import Timers
 
 
 def test_latest_set_wins_and_each_host_fires_once() -> None:

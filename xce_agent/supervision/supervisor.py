@@ -46,7 +46,7 @@ def _ignore_decommission(name: str, code: int) -> None:
 
 
 class Gate(Protocol):
-    """Who decides when a singleton component may run (xce_agent/singletons.py)."""
+    """Who decides when a singleton component may run (xce_agent/singletons/runner.py)."""
 
     def __contains__(self, name: str) -> bool: ...
     def holds(self, name: str) -> bool: ...

@@ -1,0 +1,216 @@
+"""One supervised component of the agent's config, checked key by key into a ComponentSpec.
+
+Split from config.py, which reads the rest of the file; the command, restart policy, probe
+and limits have a module each (command_config, restart_config, probe_config,
+limits_config). All report through the same Checker, so every problem still comes out as
+one `path: expected X, got Y (file line N)`.
+"""
+
+from __future__ import annotations
+
+import grp
+import pwd
+import re
+import signal
+from pathlib import Path
+
+from xce_agent.config.command import parse_command
+from xce_agent.config.limits import parse_limits
+from xce_agent.config.probe import parse_probe
+from xce_agent.config.restart import parse_restart
+from xce_agent.config.singleton import parse_singleton, singleton_stop_timeout
+from xce_agent.supervision.spec import ComponentSpec
+from xce_protocol.validation import Checker, describe, join_path
+from xce_protocol.yamlsource import LineDict, LineList
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+_COMPONENT_KEYS = (
+    "command",
+    "user",
+    "group",
+    "environment",
+    "working_directory",
+    "stop_signal",
+    "stop_timeout",
+    "restart",
+    "liveness_probe",
+    "decommission_exit_codes",
+    "limits",
+    "notice_signal",
+    "singleton",
+)
+# Names the agent sets for every component itself; a config may not override them.
+RESERVED_ENV_PREFIX = "XCE_AGENT_"
+
+
+def parse_component(
+    role: str, name: object, node: object, line: int, c: Checker, clustered: bool = True
+) -> ComponentSpec | None:
+    p = f"roles.{role}.components.{name}"
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        c.report(p, "a component name (letters, digits, . _ -)", describe(name), line)
+        return None
+    if not isinstance(node, LineDict):
+        c.report(p, "a mapping", describe(node), line)
+        return None
+    c.allowed_keys(node, p, _COMPONENT_KEYS)
+    env = _environment(node, p, c)
+    command = parse_command(node, "command", p, c, env or {})
+    user = _account(node, "user", p, c, _user_exists)
+    group = _account(node, "group", p, c, _group_exists)
+    workdir = c.string(
+        node, "working_directory", p, required=False, expected="an absolute path to a directory"
+    )
+    if workdir is not None and (not workdir.startswith("/") or not Path(workdir).is_dir()):
+        c.report(
+            join_path(p, "working_directory"),
+            "an absolute path to an existing directory",
+            describe(workdir),
+            c.line_of(node, "working_directory"),
+        )
+    stop_signal = _signal(node, p, c)
+    notice_signal = _signal(node, p, c, "notice_signal") if "notice_signal" in node else None
+    stop_timeout = c.duration(node, "stop_timeout", p, default=10.0)
+    single_ok, singleton = parse_singleton(role, name, node, p, c, clustered)
+    if singleton is not None and stop_timeout is not None:
+        stop_timeout = singleton_stop_timeout(singleton, node, p, stop_timeout, c)
+    restart = parse_restart(node, p, c)
+    probe = parse_probe(node, p, c)
+    codes = _exit_codes(node, p, c)
+    limits = parse_limits(node, p, c)
+    if (
+        None in (env, command, stop_signal, stop_timeout, restart, codes, limits)
+        or ("liveness_probe" in node and probe is None)
+        or ("notice_signal" in node and notice_signal is None)
+        or not single_ok
+    ):
+        return None
+    assert command is not None and stop_signal is not None and stop_timeout is not None
+    assert restart is not None and codes is not None and env is not None
+    assert limits is not None
+    return ComponentSpec(
+        name=name,
+        command=tuple(command),
+        role=role,
+        user=user,
+        group=group,
+        environment=env,
+        working_directory=workdir,
+        stop_signal=stop_signal,
+        stop_timeout=stop_timeout,
+        restart=restart,
+        liveness=probe,
+        decommission_exit_codes=frozenset(codes),
+        limits=limits,
+        notice_signal=notice_signal,
+        singleton=singleton,
+    )
+
+
+def _environment(node: LineDict, p: str, c: Checker) -> dict[str, str] | None:
+    env = c.string_map(node, "environment", p)
+    if env is None:
+        return None
+    ep = join_path(p, "environment")
+    env_node = node.get("environment")
+    lines = env_node.key_lines if isinstance(env_node, LineDict) else {}
+    for name in env:
+        line = lines.get(name, node.line)
+        if not name or "=" in name or "\x00" in name:
+            expected = "a variable name without '=' or NUL"
+            c.report(join_path(ep, name), expected, describe(name), line)
+            return None
+        if name.upper().startswith(RESERVED_ENV_PREFIX):
+            c.report(
+                join_path(ep, name),
+                f"a name not starting with {RESERVED_ENV_PREFIX} (the agent sets those)",
+                describe(name),
+                line,
+            )
+            return None
+    return env
+
+
+def _numeric(name: str) -> bool:
+    # ASCII only: str.isdigit() and int() also take other scripts' digits ("\u0660" is 0).
+    return name.isascii() and name.isdigit()
+
+
+def _user_exists(name: str) -> bool:
+    if not name.isascii():  # the runner would read "\u0660" as uid 0
+        return False
+    try:
+        pwd.getpwnam(name) if not _numeric(name) else pwd.getpwuid(int(name))
+    except (KeyError, OverflowError):
+        return False
+    return True
+
+
+def _group_exists(name: str) -> bool:
+    if not name.isascii():
+        return False
+    try:
+        grp.getgrnam(name) if not _numeric(name) else grp.getgrgid(int(name))
+    except (KeyError, OverflowError):
+        return False
+    return True
+
+
+def _account(node: LineDict, key: str, p: str, c: Checker, exists: object) -> str | None:
+    value = c.string(node, key, p, required=False, expected=f"an existing {key} name")
+    if value is None:
+        return None
+    assert callable(exists)
+    if not exists(value):
+        c.report(
+            join_path(p, key),
+            f"an existing {key} on this host",
+            describe(value),
+            c.line_of(node, key),
+        )
+        return None
+    return value
+
+
+def _signal(node: LineDict, p: str, c: Checker, key: str = "stop_signal") -> int | None:
+    if key not in node:
+        return int(signal.SIGTERM)
+    value = node[key]
+    names = {s.name: int(s) for s in signal.Signals}
+    if isinstance(value, str):
+        name = value.upper() if value.upper().startswith("SIG") else f"SIG{value.upper()}"
+        if name in names and not name.startswith("SIG_"):
+            return names[name]
+    elif isinstance(value, int) and not isinstance(value, bool) and value in names.values():
+        return value
+    c.report(
+        join_path(p, key),
+        "a signal name such as SIGTERM or SIGINT",
+        describe(value),
+        c.line_of(node, key),
+    )
+    return None
+
+
+def _exit_codes(node: LineDict, p: str, c: Checker) -> list[int] | None:
+    key = "decommission_exit_codes"
+    if key not in node:
+        return []
+    value = node[key]
+    expected = "a list of exit codes from 1 to 255"
+    if not isinstance(value, LineList):
+        c.report(join_path(p, key), expected, describe(value), c.line_of(node, key))
+        return None
+    codes: list[int] = []
+    for index, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= 255:
+            c.report(
+                f"{join_path(p, key)}[{index}]",
+                "an exit code from 1 to 255",
+                describe(item),
+                value.item_lines[index],
+            )
+            return None
+        codes.append(item)
+    return codes

@@ -1,0 +1,155 @@
+"""What an operator may ask the running agent: start, stop, restart, reset, reload.
+
+Answers come back over the control socket (control.py). A decommissioned host's worker is
+never started again, whoever asks. `reload` validates the file first and changes nothing
+when it has a problem; otherwise added components are started, removed ones stopped to the
+end, and changed ones restarted (only when what they run changed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from xce_agent.config.agent import load_config
+from xce_agent.core.membership import JOIN_FIRST_ROLES, Standing
+from xce_agent.errors import ConfigError
+from xce_agent.operator.control import Answer
+from xce_agent.singletons.runner import fenced
+from xce_agent.supervision.machine import Phase
+from xce_agent.supervision.process import digest_of
+from xce_agent.supervision.spec import ComponentSpec
+
+if TYPE_CHECKING:
+    from xce_agent.agent import Agent
+
+
+@dataclass(frozen=True)
+class ReloadPlan:
+    added: tuple[ComponentSpec, ...] = ()
+    removed: tuple[str, ...] = ()
+    restarted: tuple[ComponentSpec, ...] = ()  # what they run changed
+    updated: tuple[ComponentSpec, ...] = ()  # only how they are supervised changed
+
+    def describe(self) -> str:
+        parts = [f"removed {name}" for name in self.removed]
+        parts += [f"added {spec.name}" for spec in self.added]
+        parts += [f"restarted {spec.name}" for spec in self.restarted]
+        parts += [f"updated {spec.name}" for spec in self.updated]
+        return ", ".join(parts)
+
+
+def plan_reload(old: Iterable[ComponentSpec], new: Iterable[ComponentSpec]) -> ReloadPlan:
+    """What a reload does, decided from the two configs alone."""
+    before = {spec.name: spec for spec in old}
+    after = {spec.name: spec for spec in new}
+    changed = [spec for name, spec in after.items() if name in before and spec != before[name]]
+
+    def runs_differently(spec: ComponentSpec) -> bool:
+        was = before[spec.name]
+        return digest_of(spec) != digest_of(was) or spec.limits != was.limits
+
+    return ReloadPlan(
+        added=tuple(spec for name, spec in after.items() if name not in before),
+        removed=tuple(name for name in before if name not in after),
+        restarted=tuple(spec for spec in changed if runs_differently(spec)),
+        updated=tuple(spec for spec in changed if not runs_differently(spec)),
+    )
+
+
+def singletons_changed(old: Iterable[ComponentSpec], new: Iterable[ComponentSpec]) -> list[str]:
+    """Components whose singleton settings a reload would change, add or remove: the lease
+    holders are fixed for an agent run."""
+    before = {spec.name: spec.singleton for spec in old}
+    after = {spec.name: spec.singleton for spec in new}
+    names = {n for n, s in before.items() if s} | {n for n, s in after.items() if s}
+    return sorted(n for n in names if before.get(n) != after.get(n))
+
+
+class Operator:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def handle(self, command: str, name: str) -> Answer:
+        if command == "reload":
+            return self.reload()
+        if command == "stop-all":
+            self.agent.request_stop("xce-agent stop")
+            return Answer(True, "stopping every component, then the agent")
+        sup = self.agent.supervisor
+        if name not in sup.specs or name in sup.retiring:
+            known = ", ".join(n for n in sup.specs if n not in sup.retiring) or "none"
+            return Answer(False, f"no component {name!r} (configured: {known})")
+        if command == "stop":
+            sup.stop(name, "xce-agent stop " + name)
+            return Answer(True, f"stopping {name}")
+        refusal = self._refuse_start(sup.specs[name])
+        if refusal:
+            return Answer(False, refusal)
+        if command == "reset" and sup.state(name).phase is not Phase.FATAL:
+            return Answer(False, f"{name} is {sup.state(name).phase.value}, not fatal")
+        if command == "restart":
+            sup.restart(name, "xce-agent restart " + name)
+        else:
+            sup.start(name, f"xce-agent {command} {name}")
+        waiting = self.agent.singletons.waiting(name)
+        if waiting:
+            return Answer(True, f"{name}: {waiting}", pending=True)
+        done = {"start": f"starting {name}", "restart": f"restarting {name}"}
+        return Answer(True, done.get(command, f"{name}: fatal state cleared, starting"))
+
+    def _refuse_start(self, spec: ComponentSpec) -> str:
+        tomb = self.agent.state.tombstone
+        if tomb is not None and (spec.role in JOIN_FIRST_ROLES or spec.singleton is not None):
+            # A singleton too: no lease is granted to a decommissioned host.
+            return f"{spec.name}: this host was decommissioned ({tomb.reason}); it never starts"
+        return ""
+
+    def reload(self) -> Answer:
+        agent = self.agent
+        try:
+            new = load_config(agent.config.path)
+        except ConfigError as exc:
+            return Answer(False, "config not reloaded:\n" + "\n".join(exc.problems))
+        moved = singletons_changed(agent.config.components, new.components)
+        if moved:
+            return Answer(
+                False,
+                f"config not reloaded: singleton components changed ({', '.join(moved)}): "
+                "restart the agent to apply (a new agent run is a new lease holder)",
+            )
+        sup = agent.supervisor
+        plan = plan_reload(agent.config.components, new.components)
+        for name in plan.removed:
+            sup.remove(name, "removed from the config")
+        for spec in plan.added:
+            sup.add(fenced(spec))
+            self._start_added(spec)
+        for spec in plan.restarted:
+            sup.replace(fenced(spec), "config reloaded: its command or settings changed")
+        for spec in plan.updated:
+            sup.specs[spec.name] = fenced(spec)
+        ignored = [
+            key
+            for key in ("controller", "instance", "state_directory", "log_level")
+            if getattr(new, key) != getattr(agent.config, key)
+        ]
+        agent.config = replace(agent.config, components=new.components, roles=new.roles)
+        agent.state = replace(agent.state, roles=new.roles)
+        agent.refresh()
+        message = "config reloaded: " + (plan.describe() or "no component changed")
+        if ignored:
+            message += f"; {', '.join(ignored)} changed: restart the agent to apply"
+        return Answer(True, message)
+
+    def _start_added(self, spec: ComponentSpec) -> None:
+        agent = self.agent
+        if self._refuse_start(spec):
+            return
+        if spec.role in JOIN_FIRST_ROLES and agent.config.controller is not None:
+            if agent.state.membership.standing is not Standing.CONNECTED:
+                return  # started once joined, like the others of its role
+            if not agent.prepare_role(spec.role):
+                return
+        agent.supervisor.start(spec.name, "added by a reload")

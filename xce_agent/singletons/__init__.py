@@ -1,0 +1,1 @@
+"""Singleton components: each runs only while this host holds its lease, behind a fence."""

@@ -1,0 +1,1 @@
+"""The command lines: `xce-controller` and the admin CLI `xcecli`."""

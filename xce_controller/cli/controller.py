@@ -1,0 +1,176 @@
+"""`xce-controller`: serve the reference controller, print its OpenAPI, run the simulator.
+
+Commands raise typed errors; the group (xce_protocol.exits) prints each as one line and exits
+with its code: 1 runtime failure, 2 usage, 78 (EX_CONFIG) config error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import signal
+import sqlite3
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from xce_controller.core.config import ClusterConfig, load_cluster_config
+from xce_protocol.errors import ConfigError, UsageError, XceError
+from xce_protocol.exits import ErrorExits
+
+
+def _config(path: Path | None) -> ClusterConfig:
+    return load_cluster_config(path)
+
+
+@click.group(cls=ErrorExits, name="xce-controller")
+def main() -> None:
+    """Reference controller of the XCE elastic-host lifecycle."""
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
+@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.option("--listen", default="127.0.0.1:7870", show_default=True, help="HOST:PORT.")
+@click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
+def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
+    """Serve the REST API until SIGTERM."""
+    from xce_controller.http.server import (
+        bind,
+        make_server,
+        raise_open_files,
+        stable_admin_token,
+        stable_token,
+        token_file,
+    )
+
+    cfg = _config(config_file)
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit():
+        raise UsageError(f"--listen: expected HOST:PORT, got {listen!r}")
+    if not cfg.admin_token and not _loopback(host):
+        raise ConfigError(
+            [
+                "auth.admin_token: expected a configured token when listening beyond "
+                f"loopback, got none (--listen {listen})"
+            ]
+        )
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    step = f"cannot listen on {listen}"
+    try:
+        if not cfg.admin_token:
+            step = f"cannot keep the admin token in {token_file(db)}"
+            cfg = replace(cfg, admin_token=stable_admin_token(db))
+            click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
+        if not cfg.join_token:  # joins always need one: the cluster's, kept like the admin's
+            step = f"cannot keep the join token in {token_file(db, 'join')}"
+            cfg = replace(cfg, join_token=stable_token(db, "join"))
+            click.echo(f"xce-controller: join token in {token_file(db, 'join')}", err=True)
+        step = f"cannot listen on {listen}"
+        raise_open_files()  # systemd's 1024 is about a thousand agents' watches
+        sock = bind(host, int(port_text))
+        step = f"cannot open the database {db}"
+        server, controller = make_server(cfg, db, sock)
+        controller.tune_gc = True
+    except (OSError, sqlite3.Error) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise XceError(f"{step}: {why}") from exc
+    port = sock.getsockname()[1]
+    if port_file:
+        port_file.write_text(f"{port}\n")
+    click.echo(f"xce-controller: listening on http://{host}:{port}", err=True)
+
+    async def serve_with_reload() -> None:
+        # SIGHUP: reload the config, checked first; a bad one is logged and the old one kept.
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGHUP, controller.reload_config, lambda: load_cluster_config(config_file)
+        )
+        await server.serve(sockets=[sock])
+
+    run_loop(serve_with_reload())
+
+
+def run_loop(main: Any) -> None:
+    """uvloop when it is installed (it roughly halves the cost of a request), else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    if hasattr(uvloop, "run"):
+        uvloop.run(main)
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # uvloop < 0.18 (Debian 12)
+    asyncio.run(main)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(path_type=Path))
+def validate(config_file: Path | None) -> None:
+    """Check a cluster config; print every problem or "ok"."""
+    _config(config_file)
+    click.echo(f"{config_file or 'built-in config'}: ok")
+
+
+@main.command()
+def demo() -> None:
+    """Show the elastic-host lifecycle end to end on this machine (about 20 s)."""
+    from xce_controller.sim.demo import run_demo
+
+    sys.exit(run_demo(click.echo))
+
+
+@main.command()
+def openapi() -> None:
+    """Print the OpenAPI document of the REST API."""
+    import tempfile
+
+    from xce_controller.http.api import create_app
+    from xce_controller.service import Controller
+    from xce_controller.store.sqlite import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "db")
+        doc = create_app(Controller(load_cluster_config(None), store)).openapi()
+        store.close()
+    click.echo(json.dumps(doc, indent=2, sort_keys=True))
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Write every fact.")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    help="Draw hosts by state and jobs by outcome over virtual time (PNG; needs matplotlib).",
+)
+def simulate(scenario: Path, csv_path: Path | None, plot_path: Path | None) -> None:
+    """Drive the lifecycle in virtual time and print a summary table."""
+    from xce_controller.sim.report import plot
+    from xce_controller.sim.scenario import load_scenario
+    from xce_controller.sim.simulate import run_scenario
+
+    spec = load_scenario(scenario)
+    if plot_path is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise ConfigError([f"--plot {plot_path}: expected matplotlib installed, got none"])
+    summary = run_scenario(spec, csv_path)
+    if plot_path is not None:
+        plot(summary, plot_path)
+    click.echo(summary.render())

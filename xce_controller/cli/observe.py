@@ -1,0 +1,106 @@
+"""`xcecli events` and `xcecli why`: what happened, as it is committed and as a story.
+
+Both read `/v1/events` (the admin token or the read-only token will do). `events --follow`
+keeps the stream open and, if the controller goes away, reconnects from the last event it
+printed, so nothing is skipped or printed twice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import click
+import requests
+
+from xce_controller.cli.client_errors import ControllerUnreachable
+from xce_controller.core.story import story
+
+RECONNECT_MAX = 10.0
+# C0 and C1 controls and DEL: a reason or host name holding them must not move the cursor,
+# retitle the terminal or forge a line of its own.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(line: str) -> str:
+    """`line` with every control character shown as an escape (ESC as \\x1b)."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", line)
+
+
+class ApiClient(Protocol):
+    url: str
+    session: requests.Session
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any: ...
+
+
+def _stream(client: ApiClient, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Events from one connection; raises requests errors, ends when the server ends it."""
+    with client.session.get(
+        client.url + "/v1/events", params=params, stream=True, timeout=(10, 60)
+    ) as response:
+        if response.status_code >= 400:
+            client.call("GET", "/v1/events", params={**params, "follow": "false"})
+            raise click.ClickException(f"{response.status_code} from /v1/events")
+        for line in response.iter_lines():
+            if line:  # blank lines are the server's keepalive
+                yield json.loads(line)
+
+
+def _line(e: dict[str, Any]) -> str:
+    what = e["kind"] + (f" {e['state']}" if e.get("state") else "")
+    code = e.get("code") or e["data"].get("code")
+    why = " ".join(x for x in (e.get("why") or "", f"[{code}]" if code else "") if x)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"]))
+    line = f"{stamp}  #{e['seq']:<6} {e['host'] or '-':<20} {what:<22} by {e['by']}"
+    return f"{line}: {why}" if why else line
+
+
+def _fail(message: str) -> None:
+    raise ControllerUnreachable(message)
+
+
+@click.command()
+@click.option("--follow", "-f", is_flag=True, help="Keep printing events as they happen.")
+@click.option("--host", default="", help="Only events about this host (name or instance).")
+@click.option("--since", default=0, type=click.IntRange(min=0), help="After this event number.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_obj
+def events(client: ApiClient, follow: bool, host: str, since: int, as_json: bool) -> None:
+    """Print committed facts, oldest first; with --follow, each new one as it is committed."""
+    last, delay = since, 1.0
+    while True:
+        params = {"since": last, "host": host, "follow": str(follow).lower()}
+        try:
+            for e in _stream(client, params):
+                click.echo(json.dumps(e, sort_keys=True) if as_json else printable(_line(e)))
+                last, delay = e["seq"], 1.0
+        except requests.RequestException as exc:
+            if not follow:
+                _fail(f"cannot reach {client.url}: {type(exc).__name__}")
+            click.echo(f"xcecli: stream lost ({type(exc).__name__}); reconnecting", err=True)
+            time.sleep(delay)  # a backoff between reconnects, not a wait for a condition
+            delay = min(delay * 2, RECONNECT_MAX)
+            continue
+        if not follow:
+            return
+        time.sleep(delay)  # the server ended the stream (restart): reconnect
+        delay = min(delay * 2, RECONNECT_MAX)
+
+
+@click.command()
+@click.argument("name")
+@click.pass_obj
+def why(client: ApiClient, name: str) -> None:
+    """Why a host is where it is: its story from its facts, with durations."""
+    host = client.call("GET", f"/v1/hosts/{name}")
+    try:
+        history = list(_stream(client, {"host": host["instance_id"] or host["key"]}))
+    except requests.RequestException as exc:
+        _fail(f"cannot reach {client.url}: {type(exc).__name__}")
+    # This record's own facts, and a lease another host took over from it (its loss).
+    mine = [e for e in history if host["key"] in (e["key"], e["data"].get("previous_key"))]
+    click.echo("\n".join(printable(line) for line in story(host, mine, time.time())))

@@ -1,0 +1,91 @@
+"""The API's answers to errors: one JSON shape (error, code, message, protocol) for a refusal,
+a storage outage, a bad request, an unknown path or method, and an internal error.
+
+Each refusal is counted by its reason code (observe_api.refused) before it is answered.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from xce_controller.core import lifecycle as lc
+from xce_controller.http import observe as observe_api
+from xce_controller.service import PROTOCOL
+from xce_controller.store.sqlite import StorageUnavailable
+from xce_protocol.reasons import Reason, refusal
+
+
+def _allowed(app: FastAPI, path: str) -> list[str]:
+    methods: set[str] = set()
+    for route in app.routes:
+        if isinstance(route, APIRoute) and route.path_regex.match(path):
+            methods |= route.methods or set()
+    return sorted(methods)
+
+
+def install_errors(app: FastAPI) -> None:
+    """Answer every error of `app` in the API's shape."""
+
+    @app.exception_handler(lc.Refused)
+    async def refused(request: Request, exc: lc.Refused) -> JSONResponse:
+        observe_api.refused(request, exc.code.value)
+        body = {
+            "error": exc.kind,
+            "code": exc.code.value,
+            "message": exc.message,
+            "protocol": PROTOCOL,
+            **exc.details,
+        }
+        return JSONResponse(body, status_code=exc.status)
+
+    @app.exception_handler(StorageUnavailable)
+    async def storage(request: Request, exc: StorageUnavailable) -> JSONResponse:
+        code = Reason.REFUSED_STORAGE_UNAVAILABLE.value
+        observe_api.refused(request, code)
+        body = {
+            "error": "storage_unavailable",
+            "code": code,
+            "message": f"the controller cannot store changes: {exc.cause}; nothing was changed",
+            "protocol": PROTOCOL,
+        }
+        return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        # Logged with its traceback by the server; the client gets the same JSON shape.
+        body = {"error": "internal", "message": f"{type(exc).__name__}", "protocol": PROTOCOL}
+        return JSONResponse(body, status_code=500)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {
+            400: "bad_request",
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "too_large",
+        }
+        kind = kinds.get(exc.status_code, "error")
+        code = refusal(kind).value
+        observe_api.refused(request, code)
+        body = {"error": kind, "code": code, "message": str(exc.detail), "protocol": PROTOCOL}
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # one path may be served by several routes
+            headers["Allow"] = ", ".join(_allowed(app, request.url.path))
+        return JSONResponse(body, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        code = Reason.REFUSED_BAD_REQUEST.value
+        observe_api.refused(request, code)
+        body = {
+            "error": "bad_request",
+            "code": code,
+            "message": "; ".join(problems),
+            "protocol": PROTOCOL,
+        }
+        return JSONResponse(body, status_code=422)

@@ -1,0 +1,105 @@
+"""What the controller shows about itself: `/metrics`, `/v1/events` and the status page.
+
+All read-only. They take the admin token, or the read-only token (`auth.read_token`) that
+a dashboard, a Prometheus scraper or an operator's browser can hold without being able to
+change anything. The browser gives the token once (a form) and keeps a value derived from it
+in a cookie scoped to the page's paths, so the page's event stream needs no header.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Optional
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from xce_controller.core import credentials
+from xce_controller.core import lifecycle as lc
+from xce_controller.http.events import MAX_SEQ, EventHub
+from xce_controller.http.metrics import LatencyMiddleware, Metrics
+from xce_controller.service import Controller
+
+COOKIE = "xce_view"
+NDJSON = "application/x-ndjson"
+
+
+def viewer_tokens(ctl: Controller) -> list[str]:
+    return [t for t in (ctl.cfg.admin_token, ctl.cfg.read_token) if t]
+
+
+def allowed(ctl: Controller, token: str) -> bool:
+    return any(credentials.same(token, t) for t in viewer_tokens(ctl))
+
+
+def session_value(token: str) -> str:
+    """What the page's cookie holds: derived from the token, so a cookie that leaks is not a
+    bearer token for the API."""
+    return hashlib.sha256(b"xce-status-page\0" + token.encode()).hexdigest()
+
+
+def signed_in(ctl: Controller, request: Request, authorization: Optional[str]) -> bool:
+    """The request carries a viewer's bearer token, or the page's cookie for one."""
+    if authorization and authorization.lower().startswith("bearer "):
+        return allowed(ctl, authorization[7:].strip())
+    cookie = request.cookies.get(COOKIE, "")
+    return any(credentials.same(cookie, session_value(t)) for t in viewer_tokens(ctl))
+
+
+def check_viewer(request: Request, authorization: Optional[str]) -> None:
+    ctl: Controller = request.app.state.controller
+    if not signed_in(ctl, request, authorization):
+        raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
+
+
+def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
+    """Add metrics, the events stream and the status page to the API app. `viewer` is the
+    API's check of the admin or read-only token, so the OpenAPI document names both."""
+    metrics = Metrics(ctl)
+    hub = EventHub(ctl)
+    app.state.metrics = metrics
+    app.state.events = hub
+    app.add_middleware(LatencyMiddleware, metrics=metrics, routes=lambda: app.routes)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def scrape(request: Request, authorization: Optional[str] = Header(None)) -> Response:
+        check_viewer(request, authorization)
+        return Response(metrics.exposition(), media_type="text/plain; version=0.0.4")
+
+    @app.get(
+        "/v1/events",
+        response_class=StreamingResponse,
+        responses={200: {"content": {NDJSON: {}}, "description": "one JSON event per line"}},
+    )
+    async def events(
+        request: Request,
+        since: int = Query(
+            0, ge=0, le=MAX_SEQ, description="only events after this sequence number"
+        ),
+        host: str = Query("", max_length=253, description="only events about this host"),
+        follow: bool = Query(False, description="keep the stream open for new events"),
+        by: str = Depends(viewer),
+    ) -> StreamingResponse:
+        """Committed facts as newline-delimited JSON, oldest first; with `follow`, each new
+        one as it is committed (an idle stream sends a blank line every 15 s)."""
+        return StreamingResponse(_ndjson(hub, since, host, follow), media_type=NDJSON)
+
+    from xce_controller.http.ui import install_ui
+
+    install_ui(app, ctl, hub)
+
+
+async def _ndjson(hub: EventHub, since: int, host: str, follow: bool) -> AsyncIterator[bytes]:
+    async for body in hub.stream(since, host, follow):
+        yield b"\n" if body is None else (json.dumps(body, sort_keys=True) + "\n").encode()
+
+
+def refused(request: Request, kind: str) -> None:
+    """Count a refusal (the API's handler of lc.Refused calls this)."""
+    metrics: Any = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        from xce_controller.http.metrics import route_of
+
+        metrics.refused(route_of(request.app.routes, request.scope), kind)

@@ -1,0 +1,223 @@
+"""HTML of the status page, rendered on the server from the API's own JSON forms.
+
+Pure functions of data and time: no request, no controller. Every value is escaped. The page
+works without JavaScript (filters are a GET form); /ui/app.js only refreshes the main part
+when the events stream says something was committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from xce_controller.core.story import duration
+
+STATES = (
+    "expected",
+    "overdue",
+    "open",
+    "closed",
+    "draining",
+    "lost",
+    "decommissioned",
+    "returned",
+)
+
+CSS = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.3em; margin: 0 0 .5em; } h2 { font-size: 1.1em; margin: 1.2em 0 .4em; }
+table { border-collapse: collapse; } th, td { padding: .25em .7em; text-align: left; }
+th { background: #eee; } tr:nth-child(even) td { background: #f7f7f7; }
+.counts span { display: inline-block; margin-right: 1em; padding: .2em .6em;
+  border-radius: .3em; background: #eef; }
+.state { font-weight: 600; } .code { font-family: monospace; color: #555; }
+.s-lost, .s-overdue { color: #b00; } .s-draining { color: #b60; } .s-open { color: #070; }
+form { margin: .5em 0; } .muted { color: #777; } .live { float: right; font-size: .9em; }
+"""
+
+JS = """
+(function () {
+  var main = document.getElementById('main');
+  if (!main || !window.EventSource) { return; }
+  var since = main.getAttribute('data-seq') || '0';
+  var host = main.getAttribute('data-host') || '';
+  var url = '/ui/events?since=' + encodeURIComponent(since) +
+    (host ? '&host=' + encodeURIComponent(host) : '');
+  var source = new EventSource(url);
+  var pending = null;
+  var live = document.getElementById('live');
+  function refresh() {
+    pending = null;
+    var part = location.search ? location.search + '&part=main' : '?part=main';
+    fetch(location.pathname + part, {credentials: 'same-origin'})
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) {
+        main.innerHTML = html;
+        var n = Number(document.body.getAttribute('data-refreshes') || '0') + 1;
+        document.body.setAttribute('data-refreshes', String(n));
+      })
+      .catch(function () { if (live) { live.textContent = 'refresh failed'; } });
+  }
+  source.onopen = function () { if (live) { live.textContent = 'live'; } };
+  source.onerror = function () { if (live) { live.textContent = 'reconnecting'; } };
+  source.onmessage = function () { if (!pending) { pending = setTimeout(refresh, 150); } };
+})();
+"""
+
+
+def _clock(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def page(title: str, main: str, seq: int, host: str = "") -> str:
+    """A whole page; `main` is what the events stream refreshes."""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{escape(title)}</title><link rel=stylesheet href=/ui/app.css></head>"
+        f"<body data-refreshes=0><span id=live class=live>connecting</span>"
+        f"<h1><a href=/ui>XCE hosts</a>{' / ' + escape(host) if host else ''}</h1>"
+        f'<div id=main data-seq="{seq}" data-host="{escape(host)}">{main}</div>'
+        "<script src=/ui/app.js></script></body></html>"
+    )
+
+
+def login_page(problem: str = "") -> str:
+    note = f"<p class=s-lost>{escape(problem)}</p>" if problem else ""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>XCE: sign in</title>"
+        "<link rel=stylesheet href=/ui/app.css></head><body><h1>XCE hosts</h1>"
+        f"{note}<form method=post action=/ui/login><label>Admin or read-only token "
+        "<input type=password name=token id=token autocomplete=off></label> "
+        "<button type=submit id=signin>Show</button></form></body></html>"
+    )
+
+
+def _since(host: dict[str, Any]) -> float | None:
+    history = host.get("history") or []
+    return history[-1]["at"] if history else None
+
+
+def _code(host: dict[str, Any]) -> str:
+    history = host.get("history") or []
+    return str(history[-1].get("code", "")) if history else ""
+
+
+def _link(host: dict[str, Any]) -> str:
+    ref = host.get("name") or host["key"]
+    label = host.get("name") or host.get("expected_name") or host["key"]
+    return f'<a href="/ui/hosts/{quote(ref, safe="")}">{escape(label)}</a>'
+
+
+def overview(
+    hosts: list[dict[str, Any]],
+    to_return: list[dict[str, Any]],
+    templates: Iterable[str],
+    filters: dict[str, str],
+    now: float,
+) -> str:
+    """Counts by state, the filter form, the host table and the to-return list."""
+    counts = {s: 0 for s in STATES}
+    for h in hosts:
+        counts[h["state"]] = counts.get(h["state"], 0) + 1
+    parts = ["<div class=counts id=counts>"]
+    parts += [f'<span data-state="{s}">{s} <b>{n}</b></span>' for s, n in counts.items()]
+    parts.append("</div>")
+    parts.append(_filter_form(templates, filters))
+    shown = [h for h in hosts if _matches(h, filters)]
+    parts.append(f"<h2>Hosts <span class=muted>({len(shown)} of {len(hosts)})</span></h2>")
+    parts.append(_host_table(shown, now))
+    parts.append(f"<h2>To return <span class=muted>({len(to_return)})</span></h2>")
+    parts.append(_return_table(to_return, now))
+    return "".join(parts)
+
+
+def _matches(host: dict[str, Any], f: dict[str, str]) -> bool:
+    if f.get("state") and host["state"] != f["state"]:
+        return False
+    if f.get("template") and host["template"] != f["template"]:
+        return False
+    text = f.get("q", "").lower()
+    if text:
+        hay = " ".join(
+            str(host.get(k) or "") for k in ("name", "instance_id", "expected_name", "reason")
+        )
+        return text in (hay + " " + _code(host)).lower()
+    return True
+
+
+def _options(values: Iterable[str], chosen: str, blank: str) -> str:
+    opts = [f'<option value="">{blank}</option>']
+    for v in values:
+        sel = " selected" if v == chosen else ""
+        opts.append(f'<option value="{escape(v)}"{sel}>{escape(v)}</option>')
+    return "".join(opts)
+
+
+def _filter_form(templates: Iterable[str], f: dict[str, str]) -> str:
+    return (
+        "<form method=get action=/ui id=filters>"
+        f"<select name=state id=f-state>{_options(STATES, f.get('state', ''), 'any state')}"
+        "</select> "
+        f"<select name=template id=f-template>"
+        f"{_options(sorted(templates), f.get('template', ''), 'any template')}</select> "
+        f'<input name=q id=f-q placeholder="name, instance, reason" '
+        f'value="{escape(f.get("q", ""))}">'
+        " <button type=submit id=f-apply>Filter</button> <a href=/ui>clear</a></form>"
+    )
+
+
+def _host_table(hosts: list[dict[str, Any]], now: float) -> str:
+    head = "<tr><th>Host<th>State<th>Template<th>Instance<th>Jobs<th>Since<th>Reason<th>Code"
+    rows = []
+    for h in hosts:
+        since = _since(h)
+        age = f" ({duration(now - since)})" if since else ""
+        rows.append(
+            f'<tr data-host="{escape(h.get("name") or h["key"])}" data-state="{h["state"]}">'
+            f"<td>{_link(h)}<td class='state s-{h['state']}'>{h['state']}"
+            f"<td>{escape(h['template'])}<td>{escape(h.get('instance_id') or '-')}"
+            f"<td>{h.get('jobs_running', 0)}<td>{_clock(since)}{age}"
+            f"<td>{escape(h.get('reason') or '')}<td class=code>{escape(_code(h))}"
+        )
+    body = "".join(rows) or "<tr><td colspan=8 class=muted>no host matches"
+    return f"<table id=hosts>{head}{body}</table>"
+
+
+def _return_table(hosts: list[dict[str, Any]], now: float) -> str:
+    head = "<tr><th>Instance<th>Host<th>State<th>Waiting<th>Reason<th>Code"
+    rows = []
+    for h in sorted(hosts, key=lambda h: _since(h) or now):
+        since = _since(h)
+        rows.append(
+            f'<tr data-instance="{escape(h.get("instance_id") or "")}">'
+            f"<td>{escape(h.get('instance_id') or '-')}<td>{_link(h)}"
+            f"<td class='state s-{h['state']}'>{h['state']}"
+            f"<td>{duration(now - since) if since else '-'}<td>{escape(h.get('reason') or '')}"
+            f"<td class=code>{escape(_code(h))}"
+        )
+    body = "".join(rows) or "<tr><td colspan=6 class=muted>nothing to return"
+    return f"<table id=to-return>{head}{body}</table>"
+
+
+def timeline(host: dict[str, Any], story: list[str], events: list[dict[str, Any]]) -> str:
+    """One host: its story in words, then every event about it."""
+    parts = [
+        f"<p id=host-state class='state s-{host['state']}'>{escape(story[0])}</p>",
+        "<h2>Why</h2><ol id=story>",
+        *(f"<li>{escape(line)}" for line in story[1:]),
+        "</ol><h2>Timeline</h2><table id=timeline>",
+        "<tr><th>#<th>At<th>Event<th>By<th>Why<th>Code",
+    ]
+    for e in events:
+        what = e["kind"] + (f": {e['state']}" if e.get("state") else "")
+        code = e.get("code") or e["data"].get("code") or ""
+        parts.append(
+            f"<tr data-kind='{escape(e['kind'])}'><td>{e['seq']}<td>{_clock(e['at'])}"
+            f"<td>{escape(what)}<td>{escape(e['by'])}<td>{escape(e.get('why') or '')}"
+            f"<td class=code>{escape(str(code))}"
+        )
+    parts.append("</table>")
+    return "".join(parts)

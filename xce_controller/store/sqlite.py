@@ -1,0 +1,199 @@
+"""SQLite persistence: facts appended in the same transaction as the state they produce.
+
+WAL mode with synchronous=FULL: a change is durable when `commit` returns, and only then is
+an answer sent, so `kill -9` loses nothing that was acknowledged. Heartbeat times are not
+stored per beat (docs/controller.md says why); they are saved once at a clean stop, for
+display only. The last agent report of a decommissioned host is stored, for `to-return`.
+Any SQLite failure (a full disk, an I/O error) surfaces as StorageUnavailable with its cause,
+after the transaction is rolled back: nothing is half-written. So does a database file deleted
+or replaced under the controller (the writes would go to a file no later start reads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from xce_controller.core.codec import host_from_json, host_to_json, job_from_json, job_to_json
+from xce_controller.core.facts import apply
+from xce_controller.core.model import Cluster, Fact
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS facts (
+    seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, at REAL NOT NULL, by TEXT NOT NULL,
+    data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts (key TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+"""
+
+
+class StorageUnavailable(Exception):
+    """The database refused a write; `cause` is SQLite's own words (disk full, I/O error)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def private(path: Path) -> None:
+    """Create the database file 0600 (it holds sealed secrets and every host's history)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        private(path)  # before SQLite opens it: its -wal and -shm files take the same mode
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+        for side in ("-wal", "-shm"):  # left 0644 by an older version, say
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(f"{path}{side}", 0o600)
+        self._identity = self._file_identity()
+
+    def _file_identity(self) -> tuple[int, int]:
+        st = os.stat(self.path)
+        return st.st_dev, st.st_ino
+
+    def _check_file(self) -> None:
+        """Refuse to write into a database file that is no longer at its path: SQLite keeps
+        writing to the open (deleted or replaced) file, the answers say stored, and the next
+        start finds none of it."""
+        try:
+            same = self._file_identity() == self._identity
+        except OSError as exc:
+            raise StorageUnavailable(f"database {self.path} is gone: {exc.strerror}") from exc
+        if not same:
+            raise StorageUnavailable(f"database {self.path} was replaced by another file")
+
+    def load(self) -> tuple[Cluster, dict[str, float]]:
+        """The stored state (from the state tables) and the last heartbeat times."""
+        cluster = Cluster()
+        hosts = [
+            host_from_json(json.loads(data))
+            for (data,) in self.db.execute("SELECT data FROM hosts")
+        ]
+        for host in sorted(hosts, key=lambda h: h.joined_at or 0.0):  # latest name wins
+            cluster.put_host(host)
+        for (data,) in self.db.execute("SELECT data FROM jobs"):
+            cluster.put_job(job_from_json(json.loads(data)))
+        cluster.next_job = max(cluster.jobs, default=0) + 1
+        (count,) = self.db.execute("SELECT COUNT(*) FROM facts").fetchone()
+        cluster.version = int(count)
+        seen = {key: at for key, at in self.db.execute("SELECT key, at FROM seen")}
+        return cluster, seen
+
+    def facts(self) -> list[Fact]:
+        rows = self.db.execute("SELECT kind, at, by, data FROM facts ORDER BY seq")
+        return [Fact(kind, at, by, json.loads(data)) for kind, at, by, data in rows]
+
+    def replay(self) -> Cluster:
+        """The state rebuilt from the facts alone."""
+        cluster = Cluster()
+        for fact in self.facts():
+            apply(cluster, fact)
+        return cluster
+
+    def commit(
+        self, facts: Iterable[Fact], cluster: Cluster, hosts: set[str], jobs: set[int]
+    ) -> None:
+        """Append facts and write the rows they changed, in one durable transaction."""
+        rows = (
+            [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts],
+            [(k, json.dumps(host_to_json(cluster.hosts[k]))) for k in hosts],
+            [(i, json.dumps(job_to_json(cluster.jobs[i]))) for i in jobs],
+        )
+        self._check_file()
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(
+                "INSERT INTO facts (kind, at, by, data) VALUES (?, ?, ?, ?)", rows[0]
+            )
+            self.db.executemany("INSERT OR REPLACE INTO hosts (key, data) VALUES (?, ?)", rows[1])
+            self.db.executemany("INSERT OR REPLACE INTO jobs (id, data) VALUES (?, ?)", rows[2])
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StorageUnavailable(str(exc)) from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    def leases(self) -> list[dict[str, Any]]:
+        """The stored leases (xce_controller/core/leases.py writes and reads their rows)."""
+        return [json.loads(data) for (data,) in self.db.execute("SELECT data FROM leases")]
+
+    def lease_facts(self) -> list[Fact]:
+        """The lease facts, oldest first (the leases rebuilt when their rows are unreadable)."""
+        rows = self.db.execute(
+            "SELECT kind, at, by, data FROM facts WHERE kind IN (?, ?) ORDER BY seq",
+            ("lease_granted", "lease_released"),
+        )
+        return [Fact(kind, at, by, json.loads(data)) for kind, at, by, data in rows]
+
+    def commit_leases(self, facts: Iterable[Fact], rows: Iterable[dict[str, Any]]) -> None:
+        """Append lease facts and write the lease rows they changed, in one transaction."""
+        fact_rows = [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts]
+        lease_rows = [(r["name"], json.dumps(r, sort_keys=True)) for r in rows]
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(
+                "INSERT INTO facts (kind, at, by, data) VALUES (?, ?, ?, ?)", fact_rows
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO leases (name, data) VALUES (?, ?)", lease_rows
+            )
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StorageUnavailable(str(exc)) from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        if self.db.in_transaction:  # SQLite may already have rolled back (SQLITE_FULL)
+            # The cause is the error being raised; SQLite also rolls back on its own.
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
+
+    def _write(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+        self._check_file()
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(sql, rows)
+            self.db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StorageUnavailable(str(exc)) from exc
+
+    def save_seen(self, seen: dict[str, float]) -> None:
+        """All heartbeat times in one transaction (at a clean stop)."""
+        self._write("INSERT OR REPLACE INTO seen (key, at) VALUES (?, ?)", list(seen.items()))
+
+    def save_report(self, key: str, report: dict[str, Any]) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO reports (key, data) VALUES (?, ?)",
+            [(key, json.dumps(report, sort_keys=True))],
+        )
+
+    def reports(self) -> dict[str, dict[str, Any]]:
+        rows = self.db.execute("SELECT key, data FROM reports")
+        return {key: json.loads(data) for key, data in rows}
+
+    def close(self) -> None:
+        self.db.close()
