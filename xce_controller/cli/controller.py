@@ -38,8 +38,36 @@ def main() -> None:
 @click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
 @click.option("--listen", default="127.0.0.1:7870", show_default=True, help="HOST:PORT.")
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
-def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
-    """Serve the REST API until SIGTERM."""
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_CERT",
+    help="Serve HTTPS with this PEM certificate chain ($XCE_CONTROLLER_TLS_CERT).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_KEY",
+    help="The certificate's unencrypted PEM key ($XCE_CONTROLLER_TLS_KEY).",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_CLIENT_CA",
+    help="Require client certificates signed by this PEM CA ($XCE_CONTROLLER_TLS_CLIENT_CA).",
+)
+def serve(
+    config_file: Path | None,
+    db: Path,
+    listen: str,
+    port_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+) -> None:
+    """Serve the REST API (HTTPS with --tls-cert and --tls-key) until SIGTERM; SIGHUP reloads
+    the config and the certificate."""
+    from xce_controller.http import tls
     from xce_controller.http.server import (
         bind,
         make_server,
@@ -50,6 +78,9 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
     )
 
     cfg = _config(config_file)
+    tls_files = tls.tls_files(tls_cert, tls_key, tls_client_ca)
+    if tls_files is not None:
+        tls.check(tls_files)
     host, _, port_text = listen.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if not port_text.isdigit():
@@ -76,7 +107,7 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
         raise_open_files()  # systemd's 1024 is about a thousand agents' watches
         sock = bind(host, int(port_text))
         step = f"cannot open the database {db}"
-        server, controller = make_server(cfg, db, sock)
+        server, controller = make_server(cfg, db, sock, tls_files)
         controller.tune_gc = True
     except (OSError, sqlite3.Error) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -84,13 +115,18 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
     port = sock.getsockname()[1]
     if port_file:
         port_file.write_text(f"{port}\n")
-    click.echo(f"xce-controller: listening on http://{host}:{port}", err=True)
+    scheme = "https" if tls_files else "http"
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"xce-controller: listening on {scheme}://{shown}:{port}", err=True)
+
+    def reload() -> None:
+        # The config and the certificate, each checked first; a bad one is logged and the
+        # running one kept.
+        controller.reload_config(lambda: load_cluster_config(config_file))
+        tls.reload(server.config.ssl, tls_files)
 
     async def serve_with_reload() -> None:
-        # SIGHUP: reload the config, checked first; a bad one is logged and the old one kept.
-        asyncio.get_running_loop().add_signal_handler(
-            signal.SIGHUP, controller.reload_config, lambda: load_cluster_config(config_file)
-        )
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
         await server.serve(sockets=[sock])
 
     run_loop(serve_with_reload())
@@ -123,6 +159,17 @@ def validate(config_file: Path | None) -> None:
     """Check a cluster config; print every problem or "ok"."""
     _config(config_file)
     click.echo(f"{config_file or 'built-in config'}: ok")
+
+
+@main.command()
+@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.argument("dest", type=click.Path(path_type=Path))
+def backup(db: Path, dest: Path) -> None:
+    """Copy the database to DEST, consistently, while the controller runs."""
+    from xce_controller.store.backup import backup as copy
+
+    facts = copy(db, dest)
+    click.echo(f"{db}: {facts} facts copied to {dest}")
 
 
 @main.command()
