@@ -109,6 +109,11 @@ class Supervisor:
         if self._states[spec.name].phase in _BUSY:
             self.restart(spec.name, reason)
 
+    def update(self, spec: ComponentSpec) -> None:
+        """A changed config for a known component that changes only how it is supervised
+        (restart policy, probes, timeouts): taken as it is, the running process kept."""
+        self.specs[spec.name] = spec
+
     def remove(self, name: str, reason: str) -> None:
         """Stop `name` to the end (SIGKILL after its timeout), then forget it."""
         self.retiring.add(name)
