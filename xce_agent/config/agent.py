@@ -134,7 +134,6 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
     metrics = parse_metrics(doc, c)
     if c.problems or instance is None or roles is None or components is None or log_level is None:
         return None
-    assert cloud is not None and metrics is not None  # their problems are in c.problems
     state_directory = Path(state_dir) if state_dir else DEFAULT_STATE_DIRECTORY
     return AgentConfig(
         path=path,
