@@ -35,14 +35,15 @@ def _clock(ts: float) -> str:
 
 
 def _nice(value: int) -> int:
-    """The axis top: 1, 2, 5 times a power of ten, at least `value`."""
-    top = 1
-    while top < value:
-        for factor in (2, 5 / 2, 2):
-            top = int(top * factor)
-            if top >= value:
-                break
-    return top
+    """The axis top: the first of 1, 1.5, 2, 3, 4, 5, 6, 8 times a power of ten that is at
+    least `value` (300 hosts: 300; 307: 400)."""
+    scale = 1
+    while True:
+        for factor in (1, 1.5, 2, 3, 4, 5, 6, 8):
+            top = int(factor * scale)
+            if top >= max(value, 1):
+                return top
+        scale *= 10
 
 
 def fleet_svg(t: FleetTimeline) -> str:
@@ -91,7 +92,7 @@ def _legend(now: dict[str, int]) -> str:
 def _axes(t: FleetTimeline, top: int, plot: float) -> str:
     bottom = AREA_TOP + AREA_HEIGHT
     out = ['<g id=fleet-axes fill="#555" stroke="#ccc">']
-    for value in (0, top // 2, top) if top > 1 else (0, top):
+    for value in (0, top // 2, top) if top % 2 == 0 and top > 1 else (0, top):
         y = bottom - AREA_HEIGHT * value / top
         out.append(
             f'<line x1="{LEFT}" x2="{LEFT + plot}" y1="{y:.1f}" y2="{y:.1f}"/>'
