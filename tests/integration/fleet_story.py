@@ -20,7 +20,7 @@ from pathlib import Path
 from xce_controller.core import deadlines
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig
-from xce_controller.core.model import AdminAction, HostState
+from xce_controller.core.model import JOINED, AdminAction, HostState
 from xce_controller.service import Controller, Expectation
 from xce_controller.store.sqlite import Store
 from xce_protocol.notices import Notice, NoticeKind
@@ -65,7 +65,7 @@ class Story:
 
     def beat(self) -> None:
         for host in list(self.ctl.cluster.hosts.values()):
-            if host.name and host.name not in self.silent and host.state in lc.JOINED:
+            if host.name and host.name not in self.silent and host.state in JOINED:
                 self.ctl.heartbeat(host, {})
 
     def fire(self) -> None:

@@ -8,8 +8,9 @@ often than that within the window is drawn from its oldest kept entry on. Notice
 state changes a notice caused (closed for a preemption, ...) and the notice a host is acting
 on now: a notice that changed nothing (the host was already closed) is not a mark.
 
-Cost: one pass over every host's history, then one over the steps: with 10,000 hosts of a
-few changes each, a few tens of milliseconds.
+Cost: for each host, its changes within the window (found from the newest back), then one
+pass over the steps: with 10,000 hosts about 30 ms when their changes are older than the
+window, 150 ms when each changed five times within it.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class FleetTimeline:
 
 
 def _mark_of(state: HostState, code: str) -> str | None:
-    if code.startswith("notice_") and code not in ("notice_ended", "notice_lapsed"):
+    if code[:7] == "notice_" and code not in ("notice_ended", "notice_lapsed"):
         return "notices"
     if state is HostState.DRAINING:
         return "drains"
@@ -63,34 +64,33 @@ def fleet_timeline(hosts: Iterable[Host], now: float, window: float, steps: int)
     """The last `window` seconds before `now` in `steps` even steps."""
     step = window / steps
     start = now - window
-    live = {s.value for s in LIVE}
     # Changes of the count of each state at each sample point (a state entered between two
     # samples counts from the next one on), and the hosts' states before the window.
-    delta: dict[str, list[int]] = {s: [0] * (steps + 1) for s in live}
+    delta: dict[HostState, list[int]] = {s: [0] * (steps + 1) for s in LIVE}
     marks: dict[str, list[int]] = {k: [0] * steps for k in MARKS}
     for host in hosts:
-        at_start: str | None = None  # its state when the window opens
-        current: str | None = None
-        for change in host.history:  # oldest first
-            state = change.state.value
-            if change.at <= start:
-                at_start = current = state
-                continue
+        history = host.history
+        first = len(history)  # the first change inside the window: most hosts have none
+        while first and history[first - 1].at > start:
+            first -= 1
+        current = history[first - 1].state if first else None  # its state when it opens
+        if current in delta:
+            delta[current][0] += 1
+        for change in history[first:]:
             if change.at > now:
                 break
             index = min(steps, int((change.at - start) // step) + 1)
-            if current in live:
+            if current in delta:
                 delta[current][index] -= 1
-            if state in live:
-                delta[state][index] += 1
-            current = state
-            kind = _mark_of(change.state, change.code)
+            current = change.state
+            if current in delta:
+                delta[current][index] += 1
+            kind = _mark_of(current, change.code)
             if kind is not None:
                 marks[kind][index - 1] += 1
-        if at_start in live:
-            delta[at_start][0] += 1
-        _notice(host, start, now, step, marks["notices"])
-    counts = {s: tuple(_running(delta[s])) for s in (x.value for x in LIVE)}
+        if host.notice is not None:
+            _notice(host, start, now, step, marks["notices"])
+    counts = {s.value: tuple(_running(delta[s])) for s in LIVE}
     return FleetTimeline(start, step, counts, {k: tuple(v) for k, v in marks.items()})
 
 

@@ -44,6 +44,19 @@ def view(ctl: Controller, host: Host) -> dict[str, Any]:
 
 
 def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
+    # The picture changes with the cluster or when its window moves a step: every open page
+    # refreshes after each commit, and they all share one drawing.
+    drawn: dict[str, tuple[tuple[int, int], str]] = {}
+
+    def fleet_picture(hosts: list[Host], now: float, window: float) -> str:
+        key = (ctl.cluster.version, int(now // (window / STEPS)))
+        cached = drawn.get(str(window))
+        if cached is None or cached[0] != key:
+            end = (key[1] + 1) * (window / STEPS)  # the end of the current step
+            cached = (key, fleet_svg(fleet_timeline(hosts, end, window, STEPS)))
+            drawn[str(window)] = cached
+        return cached[1]
+
     def html(text: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(text, status_code=status, headers=HEADERS)
 
@@ -94,7 +107,6 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         now = ctl.clock()
         window = window if window in r.WINDOWS else ""
         hosts = sorted(ctl.cluster.hosts.values(), key=lambda h: h.name or h.key)
-        timeline = fleet_timeline(hosts, now, r.WINDOWS[window or "6h"], STEPS)
         main = r.overview(
             [view(ctl, h) for h in hosts],
             [view(ctl, h) for h in lc.to_return(ctl.cluster)],
@@ -107,7 +119,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
                 "window": window,
             },
             now,
-            fleet_svg(timeline),
+            fleet_picture(hosts, now, r.WINDOWS[window or "6h"]),
             page,
         )
         return html(main if part == "main" else r.page("XCE hosts", main, hub.last_seq()))
