@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -85,9 +86,14 @@ def scope(name: str) -> str:
     return f"xce-{TAG}-{name}.scope"
 
 
+JOB_LIMITS = (ROOT / "examples" / "systemd" / "xce-agent-job-limits.conf").read_text()
+
+
 def user_data() -> str:
     files = {"/etc/xce/agent.yaml": CONFIG, "/etc/xce/worker.py": WORKER}
     files.update({"/etc/xce/hog.py": HOG, "/etc/xce/forker.py": FORKER})
+    # The drop-in the docs show for the jobs' rlimits, as shipped in the package's examples.
+    files["/etc/systemd/system/xce-agent.service.d/job-limits.conf"] = JOB_LIMITS
     return files_user_data(files)
 
 
@@ -150,6 +156,13 @@ def test_limits_live_in_scopes_and_survive_agent_restarts(
         status = host.run("cat", f"/proc/{worker}/status").stdout
         assert f"PPid:\t{main}\n" in status
         assert "Uid:\t65534\t65534\t65534\t65534" in status  # nobody, switched by setpriv
+        # The jobs' rlimits from the drop-in reach the worker through the agent, its scope
+        # and the user switch; the unit's own tasks cap is off (its cgroup holds the jobs).
+        limits = host.run("cat", f"/proc/{worker}/limits").stdout
+        for line in ("Max locked memory", "Max stack size", "Max core file size"):
+            assert re.search(rf"^{line}\s+unlimited\s+unlimited", limits, re.M), limits
+        assert re.search(r"^Max open files\s+131072\s+131072", limits, re.M), limits
+        assert host.show("TasksMax")["TasksMax"] == "infinity"
         props = host.show("MemoryMax", "CPUWeight", "TasksMax", "Slice", unit=scope("xce-worker"))
         assert props["MemoryMax"] == str(256 * 1024**2)
         assert (props["CPUWeight"], props["TasksMax"], props["Slice"]) == ("50", "64", "xce.slice")
