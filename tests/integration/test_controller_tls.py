@@ -4,6 +4,7 @@ bad pair stops the start with one line and exit 78."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -84,6 +85,19 @@ def test_an_agent_joins_over_https_once_its_ca_file_trusts_the_controller(tmp_pa
             ).json()
             assert host["state"] == "open" and host["instance_id"] == "i-1"
             assert contact(agent)["state"] == "connected"
+            # xcecli trusts the CA through the requests library's REQUESTS_CA_BUNDLE.
+            env = {**os.environ, "REQUESTS_CA_BUNDLE": str(ca.cert)}
+            token = f"{ctl.db}.admin-token"
+            cli = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", ctl.url]
+            listed = subprocess.run(
+                [*cli, "--token-file", token, "hosts"], env=env, capture_output=True, text=True
+            )
+            assert listed.returncode == 0 and "node1" in listed.stdout, listed.stderr
+            env.pop("REQUESTS_CA_BUNDLE")
+            untrusted = subprocess.run(
+                [*cli, "--token-file", token, "hosts"], env=env, capture_output=True, text=True
+            )
+            assert untrusted.returncode == 3, untrusted.stderr
         finally:
             agent.stop()
     finally:
