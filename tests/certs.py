@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-
 KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")  # quicker to make than RSA
 
 
