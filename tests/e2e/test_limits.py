@@ -159,6 +159,9 @@ def test_limits_live_in_scopes_and_survive_agent_restarts(
         # The jobs' rlimits from the drop-in reach the worker through the agent, its scope
         # and the user switch; the unit's own tasks cap is off (its cgroup holds the jobs).
         limits = host.run("cat", f"/proc/{worker}/limits").stdout
+        limits += host.run("systemctl", "cat", "xce-agent").stdout
+        limits += str(host.show("LimitMEMLOCK", "LimitNOFILE", "DropInPaths"))
+        limits += host.run("cat", f"/proc/{main}/limits").stdout
         for line in ("Max locked memory", "Max stack size", "Max core file size"):
             assert re.search(rf"^{line}\s+unlimited\s+unlimited", limits, re.M), limits
         assert re.search(r"^Max open files\s+131072\s+131072", limits, re.M), limits
