@@ -166,9 +166,13 @@ def validate(config_file: Path | None) -> None:
 @click.argument("dest", type=click.Path(path_type=Path))
 def backup(db: Path, dest: Path) -> None:
     """Copy the database to DEST, consistently, while the controller runs."""
+    from xce_controller.store.backup import BackupFailed
     from xce_controller.store.backup import backup as copy
 
-    facts = copy(db, dest)
+    try:
+        facts = copy(db, dest)
+    except BackupFailed as exc:
+        raise XceError(str(exc)) from None
     click.echo(f"{db}: {facts} facts copied to {dest}")
 
 

@@ -17,17 +17,19 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from xce_protocol.errors import XceError
+
+class BackupFailed(Exception):
+    """The copy could not be made; the message says why in one line. Nothing is left."""
 
 
 def backup(db: Path, dest: Path) -> int:
     """Copy `db` to `dest`; the number of facts the copy holds."""
     if not db.is_file():
-        raise XceError(f"cannot back up {db}: no database there")
+        raise BackupFailed(f"cannot back up {db}: no database there")
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
     except OSError as exc:
-        raise XceError(f"cannot write {dest}: {exc.strerror}") from None
+        raise BackupFailed(f"cannot write {dest}: {exc.strerror}") from None
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -49,11 +51,11 @@ def _copy(db: Path, tmp: Path) -> int:
         source.backup(target)
         check = target.execute("PRAGMA integrity_check").fetchone()[0]
         if check != "ok":
-            raise XceError(f"cannot back up {db}: the copy fails its integrity check ({check})")
+            raise BackupFailed(f"cannot back up {db}: the copy fails its integrity check ({check})")
         facts = int(target.execute("SELECT count(*) FROM facts").fetchone()[0])
         target.execute("PRAGMA journal_mode=DELETE")  # one file: nothing beside it to lose
     except sqlite3.Error as exc:
-        raise XceError(f"cannot back up {db}: {exc}") from None
+        raise BackupFailed(f"cannot back up {db}: {exc}") from None
     finally:
         for conn in (source, target):
             if conn is not None:
