@@ -30,7 +30,7 @@ from typing import Any
 import requests
 
 from xce_agent.controller.bounded_http import MAX_BODY, parse_json
-from xce_agent.core import replicas
+from xce_protocol import replicas
 from xce_protocol.errors import UsageError, XceError
 from xce_protocol.protocol import Identity, Outcome, classify
 

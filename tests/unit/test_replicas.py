@@ -14,7 +14,7 @@ from xce_agent.config.agent import ControllerConfig, load_config
 from xce_agent.controller.bounded_http import HttpFailure, Reply, Target
 from xce_agent.controller.client import ControllerClient
 from xce_agent.controller.credential import CredentialStore, HostCredential
-from xce_agent.core import replicas
+from xce_protocol import replicas
 from xce_protocol.protocol import PROTOCOL, Identity, Outcome
 
 ME = Identity("n1", "i-1")

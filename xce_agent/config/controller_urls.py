@@ -3,7 +3,7 @@
 Every entry obeys the rules of a single URL: http:// or https://, nothing in the authority that
 parsers read differently, and http:// only to loopback or with `plain_http: true` (join tokens
 and host credentials travel in the clear over http). The list is the cluster's controller, in
-the order the agent tries it (xce_agent/core/replicas.py): a host credential any entry issued
+the order the agent tries it (xce_protocol/replicas.py): a host credential any entry issued
 is presented to every entry.
 """
 

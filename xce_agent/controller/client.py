@@ -1,7 +1,7 @@
 """HTTP to the controller: bounded requests, every failure turned into a protocol Answer.
 
 With several URLs (`controller.url` as a list of replicas) each request goes to the current
-one and, when it cannot serve, on to the next (xce_agent/core/replicas.py says when); the
+one and, when it cannot serve, on to the next (xce_protocol/replicas.py says when); the
 credentials are the cluster's, the same at every URL.
 
 Joins carry the join token (`auth_headers`, the configured one) or, without one, the host
@@ -24,7 +24,7 @@ from xce_agent import __version__
 from xce_agent.config.agent import ControllerConfig
 from xce_agent.controller.bounded_http import HttpFailure, Inflight, Reply, Target, request
 from xce_agent.controller.credential import HostCredential
-from xce_agent.core import replicas
+from xce_protocol import replicas
 from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, classify
 
 log = logging.getLogger(__name__)

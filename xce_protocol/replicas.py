@@ -1,4 +1,7 @@
-"""Which of the controller's URLs a request goes to (`controller.url` as a list of replicas).
+"""Which of the controller's URLs a request goes to, when it has several (its replicas).
+
+The agent's `controller.url` as a list, the worker's comma-separated XCE_CONTROLLER_URL, and
+`xcecli --url` (or XCE_CONTROLLER_URL) with a comma-separated list all follow these rules.
 
 The agent stays on one URL while it answers and moves to the next in the list when it cannot
 serve: no answer at all (a transport failure: refused, reset, timed out, TLS) or a gateway
