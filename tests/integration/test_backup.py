@@ -1,4 +1,4 @@
-"""`xce-controller backup` while a controller serves and commits, and `restore` into a stopped one."""
+"""`xce-controller backup` while a controller serves and commits; `restore` into a stopped one."""
 
 from __future__ import annotations
 
