@@ -221,6 +221,17 @@ def test_xcecli_takes_a_comma_separated_list_and_moves_past_dead_and_busy_urls(
         assert shown.returncode == 0, shown.stderr
         assert [h["instance_id"] for h in json.loads(shown.stdout)] == ["i-9"]
         assert busy.requests  # the busy one was asked, and passed over
+        urls = f"{dead},{busy.url},{ctl.url}"
+        change = subprocess.run(
+            [*cli, "--url", urls, "expect", "i-10", "--template", "default"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert change.returncode == 0, change.stderr  # never sent to the dead one: moved on
+        expected = {h["instance_id"] for h in api(ctl, "GET", "/v1/expected")}
+        assert expected == {"i-9", "i-10"}
         env = {"XCE_CONTROLLER_URL": f"{dead},{busy.url}", "PATH": "/usr/bin:/bin"}
         down = subprocess.run(
             [*cli, "hosts"], capture_output=True, text=True, timeout=60, check=False, env=env

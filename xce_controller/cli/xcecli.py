@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 import requests
+from urllib3.exceptions import NewConnectionError
 
 from xce_controller.cli.client_errors import ControllerRefused, ControllerUnreachable
 from xce_controller.cli.observe import events, printable, why
@@ -75,8 +76,9 @@ class Client:
             last = index == order[-1]
             try:
                 response = self.session.request(method, self.urls[index] + path, **kwargs)
-            except requests.RequestException:
-                if last:
+            except requests.RequestException as exc:
+                # A change whose connection broke once sent may have been made: not sent again.
+                if last or (method != "GET" and not _unsent(exc)):
                     raise
                 continue
             if last or not replicas.moves_on(response.status_code):
@@ -84,6 +86,14 @@ class Client:
                 return response
             response.close()
         raise AssertionError("unreachable: the last URL answers or raises")
+
+
+def _unsent(exc: requests.RequestException) -> bool:
+    """The request never reached a server: no connection could be made."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and isinstance(reason, NewConnectionError)
 
 
 def _when(ts: float | None, now: float | None = None) -> str:
