@@ -196,3 +196,23 @@ def test_the_credential_is_kept_while_the_list_still_names_its_url(tmp_path: Pat
     assert store.load("n1", "i-1", (A, B)) is not None
     assert store.load("n1", "i-1", (B, A)) is not None  # reordered: the same cluster
     assert store.load("n1", "i-1", (B, C)) is None  # another controller: join afresh
+
+
+# --- cloud-init user data -----------------------------------------------------------------
+def test_user_data_takes_the_replicas_as_a_comma_separated_list(tmp_path: Path) -> None:
+    from tests.unit.test_error_exits import _runner
+    from xce_agent.cli import main as agent_main
+    from xce_agent.operator.userdata import UserData, agent_config
+
+    config = agent_config(UserData(controller_url="https://c1:8443,https://c2:8443"))
+    assert config["controller"] == {"url": ["https://c1:8443", "https://c2:8443"]}
+    assert agent_config(UserData(controller_url="https://c1"))["controller"] == {
+        "url": "https://c1"
+    }
+    args = ["render-user-data", "--controller-url", "https://c1,http://10.0.0.2:7870"]
+    refused = _runner().invoke(agent_main, args)
+    assert refused.exit_code == 2 and "'http://10.0.0.2:7870'" in refused.stderr
+    rendered = _runner().invoke(
+        agent_main, ["render-user-data", "--controller-url", "https://c1,https://c2/"]
+    )
+    assert rendered.exit_code == 0 and "- https://c2\n" in rendered.stdout
