@@ -93,7 +93,7 @@ class ControllerClient:
             aborts = self._aborts
         answer = Answer(Outcome.RETRY, "no controller URL")
         for tried, index in enumerate(order, start=1):
-            remaining = deadline - time.monotonic()
+            remaining = budget if tried == 1 else deadline - time.monotonic()
             answer, status = self._attempt(index, method, path, headers, body, remaining)
             if not replicas.moves_on(status):
                 self._answered_by(index)
