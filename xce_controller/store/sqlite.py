@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
-# The schema above is version 1 (`PRAGMA user_version`; 0 in files made before it was kept).
+# The schema above is version 1. `PRAGMA user_version` holds the version once a migration
+# writes one; 0, in every file so far, is version 1.
 SCHEMA_VERSION = 1
 
 
@@ -66,8 +67,7 @@ class Store:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
-        if version < SCHEMA_VERSION:
-            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self.schema_version = max(version, 1)
         for side in ("-wal", "-shm"):  # left 0644 by an older version, say
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(f"{path}{side}", 0o600)
