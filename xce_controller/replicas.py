@@ -104,7 +104,8 @@ class Replica:
         if since > self._liveness:
             self._liveness = since
             if since > self.ctl.alive_since:
-                log.warning("heartbeat times started anew at %.0f: every host gets a grace", since)
+                if since > self.ctl.alive_since + 1.0:  # not this replica's own first start
+                    log.warning("heartbeat times began anew at %.0f: every host gets a grace", since)
                 self.ctl.alive_since = since
 
     # --- the listener -------------------------------------------------------------------

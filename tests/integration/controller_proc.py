@@ -13,9 +13,10 @@ import requests
 
 
 class ControllerProcess:
-    def __init__(self, workdir: Path, config: str | None = None) -> None:
+    def __init__(self, workdir: Path, config: str | None = None, db: str = "") -> None:
+        """`db`: a `--db` value (tests' store_db fixture); the SQLite file in `workdir` else."""
         self.workdir = workdir
-        self.db = workdir / "controller.db"
+        self.db: Path | str = db or workdir / "controller.db"
         self.config = workdir / "cluster.yaml"
         if config is not None:
             self.config.write_text(config)

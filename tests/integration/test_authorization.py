@@ -23,6 +23,7 @@ import pytest
 from xce_controller.core.config import load_cluster_config
 from xce_controller.http.api import create_app
 from xce_controller.service import Controller
+from xce_controller.store.open import open_store
 from xce_controller.store.sqlite import Store
 
 ADMIN, PROVISIONER, JOIN = "admin-token-0123456789", "prov-token-0123456789", "join-token-0123"
@@ -145,10 +146,11 @@ OUTSIDE = {
 
 
 class World:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, db: str = "") -> None:
         cfg_path = tmp / "cluster.yaml"
         cfg_path.write_text(CONFIG)
-        self.ctl = Controller(load_cluster_config(cfg_path), Store(tmp / "db"))
+        store = open_store(db) if db else Store(tmp / "db")
+        self.ctl = Controller(load_cluster_config(cfg_path), store)
         self.app = create_app(self.ctl)
         stale = self.join("h1", JOIN)
         stale_worker = self.worker  # replaced by the next join of h1
@@ -219,8 +221,8 @@ OPERATIONS = operations()
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    w = World(tmp_path)
+def world(tmp_path: Path, store_db: str) -> Iterator[World]:
+    w = World(tmp_path, store_db)
     yield w
     w.close()
 

@@ -30,8 +30,8 @@ JOIN = {"Authorization": "Bearer j0in-t0ken"}
 
 
 @pytest.fixture
-def ctl(tmp_path: Path) -> Iterator[ControllerProcess]:
-    proc = ControllerProcess(tmp_path, CONFIG).start()
+def ctl(tmp_path: Path, store_db: str) -> Iterator[ControllerProcess]:
+    proc = ControllerProcess(tmp_path, CONFIG, db=store_db).start()
     yield proc
     proc.stop()
 

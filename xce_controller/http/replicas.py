@@ -38,17 +38,20 @@ class CatchUp:
             return
         body = await _buffered(receive)
         for _ in range(RETRIES + 1):
-            if await self._attempt(scope, list(body), send):
+            if await self._attempt(scope, list(body), receive, send):
                 return
         await _busy(send)
 
-    async def _attempt(self, scope: Scope, body: list[Message], send: Send) -> bool:
+    async def _attempt(
+        self, scope: Scope, body: list[Message], receive: Receive, send: Send
+    ) -> bool:
         """Run the request once on the caught-up state; False if it must run again."""
         assert self.ctl.replica is not None
         started = False
 
         async def replay() -> Message:
-            return body.pop(0) if body else {"type": "http.disconnect"}
+            # The body, then the client's own messages (a stream waits for its disconnect).
+            return body.pop(0) if body else await receive()
 
         async def sending(message: Message) -> None:
             nonlocal started
