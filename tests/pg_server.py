@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -144,11 +143,14 @@ class PgCluster:
         self.servers = [self.primary]
 
     def database(self) -> str:
-        """A new empty database on the primary; its connection string."""
+        """A new empty store on the primary; its connection string. A schema of its own in
+        one shared database: far quicker to make than a database, as separate for a store."""
+        if not self.databases:
+            self.primary.sql("CREATE DATABASE xcetests")
         self.databases += 1
-        name = f"xce{os.getpid()}_{self.databases}_{int(time.monotonic() * 1000) % 100000}"
-        self.primary.sql(f"CREATE DATABASE {name}")
-        return self.primary.dsn(name)
+        schema = f"t{self.databases}"
+        self.primary.sql(f"CREATE SCHEMA {schema}", db="xcetests")
+        return f"{self.primary.dsn('xcetests')} options=-csearch_path={schema}"
 
     def close(self) -> None:
         for server in self.servers:
