@@ -30,7 +30,17 @@ def pg_dsn(pg: PgCluster) -> str:
     return pg.database()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test taking `store_db` runs on both backends; a module whose `PG_TESTS` names some
+    of its tests runs only those on PostgreSQL too (the time budget of `make test`)."""
+    if "store_db" not in metafunc.fixturenames:
+        return
+    chosen = getattr(metafunc.module, "PG_TESTS", None)
+    both = chosen is None or metafunc.function.__name__ in chosen
+    metafunc.parametrize("store_db", ["sqlite", "postgres"] if both else ["sqlite"], indirect=True)
+
+
+@pytest.fixture
 def store_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A `--db` value for each backend: the file of today, or a new PostgreSQL database."""
     if request.param == "sqlite":

@@ -16,7 +16,8 @@ class ControllerProcess:
     def __init__(self, workdir: Path, config: str | None = None, db: str = "") -> None:
         """`db`: a `--db` value (tests' store_db fixture); the SQLite file in `workdir` else."""
         self.workdir = workdir
-        self.db: Path | str = db or workdir / "controller.db"
+        self.db = workdir / "controller.db"
+        self.store = db or str(self.db)  # what `--db` is given
         self.config = workdir / "cluster.yaml"
         if config is not None:
             self.config.write_text(config)
@@ -33,7 +34,7 @@ class ControllerProcess:
             "xce_controller",
             "serve",
             "--db",
-            str(self.db),
+            self.store,
             "--listen",
             f"127.0.0.1:{self.port}",
             "--port-file",
