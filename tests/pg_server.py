@@ -136,9 +136,9 @@ def make_root() -> Path:
 class PgCluster:
     """A primary (and standbys on demand) for one test session or one test."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 5432) -> None:
         self.root = make_root()
-        self.primary = PgServer(self.root, "primary", 5432).init().start()
+        self.primary = PgServer(self.root, "primary", port).init().start()
         self.databases = 0
         self.servers = [self.primary]
 

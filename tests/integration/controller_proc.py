@@ -18,6 +18,7 @@ class ControllerProcess:
         self.workdir = workdir
         self.db = workdir / "controller.db"
         self.store = db or str(self.db)  # what `--db` is given
+        self.prefix: list[str] = []  # a command the controller runs under (faketime, say)
         self.config = workdir / "cluster.yaml"
         if config is not None:
             self.config.write_text(config)
@@ -43,7 +44,9 @@ class ControllerProcess:
         if self.config.exists():
             args += ["--config", str(self.config)]
         with open(self.workdir / "controller.log", "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [*self.prefix, *args], stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if port_file.exists() and port_file.read_text().strip():

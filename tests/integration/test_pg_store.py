@@ -18,7 +18,6 @@ from xce_controller.service import Controller
 from xce_controller.store.base import SchemaTooNew, StaleState, Store
 from xce_controller.store.open import describe, is_postgres, open_store
 
-
 CONFIG = """\
 version: 1
 auth: {admin_token: adm1n-t0ken, join_token: j0in-t0ken}
