@@ -41,6 +41,9 @@ class Replica:
         self.lag = 0.0  # seconds from a NOTIFY to its facts applied here, the latest
         self.listener_up = False
         self.store_seconds = 0.0  # time spent reading the log to catch up
+        self.commits = 0  # commits to the store, and the time they took
+        self.commit_seconds = 0.0
+        self.liveness_restarts = 0  # the shared heartbeat table found begun anew
         self._loop: asyncio.AbstractEventLoop | None = None
         self._liveness = 0.0
         self.dirty = False  # a reload failed: the memory may hold facts never stored
@@ -105,7 +108,8 @@ class Replica:
             self._liveness = since
             if since > self.ctl.alive_since:
                 if since > self.ctl.alive_since + 1.0:  # not this replica's own first start
-                    log.warning("heartbeat times began anew at %.0f: every host gets a grace", since)
+                    self.liveness_restarts += 1
+                    log.warning("heartbeat times began anew at %.0f: all hosts get a grace", since)
                 self.ctl.alive_since = since
 
     # --- the listener -------------------------------------------------------------------

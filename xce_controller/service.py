@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
@@ -118,7 +119,11 @@ class Controller:
                 done += facts
                 touched |= hosts
                 facts = self._settle(hosts, any(f.kind in RESCAN for f in facts))
+            began = time.monotonic()
             self.store.commit(done, self.cluster, touched, jobs, after)
+            if self.replica is not None:
+                self.replica.commits += 1
+                self.replica.commit_seconds += time.monotonic() - began
         except StaleState:  # decided on an old state: nothing stored, the caller decides again
             assert self.replica is not None
             self.replica.stale += 1

@@ -4,6 +4,7 @@ decision lost or doubled, no host declared lost for the outage."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -84,7 +85,7 @@ def test_a_replica_whose_listener_is_cut_still_sees_every_fact_within_the_poll(
                     bearer=cred["credential"],
                     since=since,
                     timeout=20,
-                )  # fmt: skip
+                )
             )
 
         watcher = threading.Thread(target=watch)
@@ -140,10 +141,8 @@ def failover(replicas: Replicas, pg: PgCluster, standby: PgServer) -> None:
         n = 0
         while not stop.wait(0.3):
             n += 1
-            try:
+            with contextlib.suppress(requests.RequestException):
                 call((a, b)[n % 2], "POST", "/v1/hosts/beating/heartbeat", {}, cred)
-            except requests.RequestException:
-                pass
 
     def expect() -> None:
         n = 0

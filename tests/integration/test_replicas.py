@@ -132,6 +132,11 @@ def test_a_commit_on_one_replica_wakes_a_watch_held_on_another(two: Replicas) ->
         assert got, "the watch on b was not woken"
         delays.append(got[0] - committed if got[0] > committed else 0.0)
         assert got[0] - sent < 1.0  # well inside the 1 s poll: the NOTIFY woke it
+    metrics = call(b, "GET", "/metrics").text
+    assert 'xce_controller_replica_info{replica="' in metrics
+    applied = [ln for ln in metrics.splitlines() if ln.startswith("xce_controller_replica_facts_")]
+    assert applied and float(applied[0].split()[-1]) >= 20  # a's changes, applied on b
+    assert "xce_controller_replica_listener_up 1.0" in metrics
     print(f"cross-replica wake after commit: median {statistics.median(delays) * 1000:.1f} ms, "
           f"max {max(delays) * 1000:.1f} ms")  # fmt: skip
 
