@@ -15,18 +15,29 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, cast
 
 from xce_controller.core.facts import apply
-from xce_controller.core.model import Fact
-from xce_controller.store.base import SharedStore
-
-if TYPE_CHECKING:
-    from xce_controller.service import Controller
+from xce_controller.core.model import Cluster, Fact
+from xce_controller.store.base import SharedStore, Store
 
 log = logging.getLogger(__name__)
 POLL = 1.0  # seconds between reads of the log's head when no NOTIFY came
+
+
+class Controller(Protocol):
+    """What a replica reads and moves of its controller (service.Controller)."""
+
+    store: Store
+    cluster: Cluster
+    seen: dict[str, float]
+    alive_since: float
+    on_applied: list[Callable[[list[Fact]], None]]
+
+    def wake(self, keys: set[str]) -> None: ...
+
+    def reschedule(self, key: str) -> None: ...
 
 
 class Replica:

@@ -15,8 +15,9 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from xce_controller.service import PROTOCOL, Controller
+from xce_controller.service import Controller
 from xce_controller.store.base import StaleState, StorageUnavailable
+from xce_protocol.protocol import PROTOCOL
 from xce_protocol.reasons import Reason
 
 Scope = MutableMapping[str, Any]
