@@ -19,6 +19,7 @@ from xce_controller.core import lifecycle as lc
 from xce_controller.core.codec import host_to_json, job_to_json
 from xce_controller.core.model import TERMINAL, AdminAction, Host, HostState, Job, JobEvent
 from xce_controller.http import observe as observe_api
+from xce_controller.http import provisioner as provisioner_api
 from xce_controller.http.auth import (
     ADMIN_ROLE,
     ERRORS,
@@ -97,6 +98,7 @@ def create_app(ctl: Controller) -> FastAPI:
 
     app.state.controller = ctl
     observe_api.install(app, ctl, viewer)
+    provisioner_api.install(app, ctl)
     app.add_middleware(BodyLimit, limit=lambda: ctl.cfg.max_request_body, protocol=PROTOCOL)
 
     install_errors(app)
