@@ -180,6 +180,9 @@ def _machine(view: View, m: Machine, r: Record, now: float) -> list[Action]:
     if power is Power.UNKNOWN:
         return []  # no reading (the BMC failed, or a change in between): wait for one
     steps = [s for s in r.steps if s.decision == r.decision]
+    earlier = _outcomes(m, r, power)
+    if earlier:
+        return earlier
     if r.state == "expected":
         return _ladder(view, m, r, steps, power, now, ("on",), Reason.POWER_ON_EXPECTED)
     if r.state == "overdue":
@@ -187,6 +190,20 @@ def _machine(view: View, m: Machine, r: Record, now: float) -> list[Action]:
     if r.state in OFF_STATES:
         return _off(view, m, r, steps, power, now, Reason.POWER_OFF_RETURN)
     return []
+
+
+def _outcomes(m: Machine, r: Record, power: Power) -> list[Action]:
+    """Steps of earlier decisions still in flight (the record moved on: the machine that was
+    powered on joined): confirmed once their power state shows, never asked again."""
+    last: dict[tuple[str, str], Step] = {}
+    for step in r.steps:
+        if step.decision != r.decision and step.action in _TARGET:
+            last[(step.decision, step.action)] = step
+    return [
+        Note(m, s.decision, s.action, Phase.CONFIRMED, s.attempt, Reason.POWER_CONFIRMED)
+        for s in last.values()
+        if s.phase in IN_FLIGHT and power is _TARGET[s.action]
+    ]
 
 
 def _overdue(
