@@ -20,7 +20,7 @@ import requests
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.redfish_emulator import Emulator
 
-PROV_TOKEN = "prov-token-for-tests-0123456789"  # noqa: S105
+PROV_TOKEN = "prov-token-for-tests-0123456789"
 CLUSTER = """\
 version: 1
 templates:

@@ -7,7 +7,6 @@ installed (it is in the test extras).
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,9 +38,7 @@ def test_the_whole_story_expect_power_on_join_drain_power_off_return_and_again(
 
     host = Host(world, "node1")
     job = world.admin("POST", "/v1/jobs", {"command": ["true"], "host": "node1"})
-    wait_until(
-        lambda: world.admin("GET", f"/v1/hosts/node1")["jobs_running"] == 1, 10, "job placed"
-    )
+    wait_until(lambda: world.admin("GET", "/v1/hosts/node1")["jobs_running"] == 1, 10, "job placed")
     host.report(job["id"], "started")
     world.admin("POST", "/v1/hosts/node1/decommission", {"policy": "wait"})
     assert world.record("node1")["state"] == "draining"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from xce_controller.core import power
@@ -84,13 +84,14 @@ def record(ctl: Controller, host: Host) -> dict[str, Any]:
     }
 
 
-def install(app: FastAPI, ctl: Controller) -> None:
-    @app.get("/v1/provisioned", response_model=list[ProvisionedRecord], responses=ERRORS)
-    async def provisioned(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
-        hosts = [h for h in ctl.cluster.hosts.values() if h.provisioned]
-        return [record(ctl, h) for h in sorted(hosts, key=lambda h: h.key)]
+def router(ctl: Controller) -> APIRouter:
+    api = APIRouter()
 
-    @app.post(
+    @api.get("/v1/provisioned", response_model=list[ProvisionedRecord], responses=ERRORS)
+    async def provisioned(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
+        return [record(ctl, h) for h in ctl.provisioned_hosts()]
+
+    @api.post(
         "/v1/provisioned/{instance_id}/power", response_model=ProvisionedRecord, responses=ERRORS
     )
     async def power_step(
@@ -109,10 +110,6 @@ def install(app: FastAPI, ctl: Controller) -> None:
             lease=body.lease,
             token=body.token,
         )
-        if body.lease:
-            held = ctl.leases.book.get(body.lease)
-            power.check_lease(report, held.token, held.live(ctl.leases.monotonic()))
-        ctl.commit(power.report(ctl.cluster, ctl.clock(), by, report))
-        found = ctl.cluster.by_instance(instance_id)
-        assert found is not None
-        return record(ctl, found)
+        return record(ctl, ctl.power_step(by, report))
+
+    return api
