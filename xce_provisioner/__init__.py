@@ -5,3 +5,5 @@ never act at once), reads the controller's provisioned records and carries out w
 on the machines of its inventory, through a driver (Redfish here). It imports the protocol
 package and its own drivers only: never the agent or the controller. See docs/provisioner.md.
 """
+
+__version__ = "0.2.0"
