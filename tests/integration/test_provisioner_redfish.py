@@ -7,10 +7,12 @@ installed (it is in the test extras).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.integration.provisioner_world import Host, World, wait_until
 from tests.integration.redfish_emulator import emulator_command
@@ -59,3 +61,76 @@ def test_the_whole_story_expect_power_on_join_drain_power_off_return_and_again(
     assert "power on confirmed" in story, story
     assert world.bmc.resets("node1") == 3, "on, shutdown, on: each once"
     assert world.bmc.resets("node2") == 0
+
+
+def _lease(world: World, host: Host, session: str, ttl: float) -> int:
+    answer = requests.post(
+        f"{world.ctl.url}/v1/leases/provisioner",
+        json={"host": host.name, "session": session, "ttl": ttl},
+        headers={"Authorization": f"Bearer {host.credential}"},
+        timeout=10,
+    )
+    answer.raise_for_status()
+    return int(answer.json()["token"])
+
+
+def test_a_provisioner_killed_mid_action_is_taken_over_without_a_second_request(
+    world: World,
+) -> None:
+    """The first holder is killed once its power on is issued, before the slow BMC applies
+    it; the next holder reads the journal, waits out the step and confirms it: one reset.
+    The killed holder's token, shown again, is refused before it reaches any BMC."""
+    first, second = Host(world, "prov-a"), Host(world, "prov-b")
+    token = _lease(world, first, "a", 5)
+    proc = world.start_provisioner("provisioner", token)
+    world.xcecli("expect", "rf-node1", "--template", "small", "--name", "node1")
+    wait_until(lambda: ("on", "issued", 1) in world.steps("node1"), 15, "power on issued")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert world.bmc.power("node1") == "Off" or world.bmc.resets("node1") == 1
+    wait_until(lambda: _try_lease(world, second) > token, 10, "lease taken over")
+    taken = _try_lease(world, second)
+    world.start_provisioner("provisioner", taken)
+    wait_until(lambda: ("on", "confirmed", 1) in world.steps("node1"), 20, "confirmed")
+    assert world.bmc.power("node1") == "On"
+    assert world.bmc.resets("node1") == 1, "the power on was sent once across the takeover"
+
+    stale = world.start_provisioner("provisioner", token)
+    world.xcecli("expect", "rf-node2", "--template", "small", "--name", "node2")
+    wait_until(lambda: world.bmc.power("node2") == "On", 15, "node2 powered on by the holder")
+    assert stale.wait(timeout=10) == 75, "the stale holder stops: the lease moved on"
+    assert world.bmc.resets("node2") == 1
+
+
+def _try_lease(world: World, host: Host) -> int:
+    try:
+        return _lease(world, host, "b", 30)
+    except requests.HTTPError:
+        return 0
+
+
+def test_a_record_in_an_excluded_state_is_never_powered_off(world: World) -> None:
+    world.write_config(exclude_states="[decommissioned]")
+    world.start_provisioner()
+    world.xcecli("expect", "rf-node1", "--template", "small", "--name", "node1")
+    wait_until(lambda: world.bmc.power("node1") == "On", 15, "node1 powered on")
+    Host(world, "node1")
+    world.admin("POST", "/v1/hosts/node1/decommission", {})
+    assert world.record("node1")["state"] == "decommissioned"  # nothing ran: at once
+    wait_until(lambda: "node1: not powered off" in world.log(), 10, "the refusal logged")
+    assert "decommissioned is excluded [power_off_excluded]" in world.log()
+    assert world.bmc.power("node1") == "On"
+    assert world.bmc.resets("node1") == 1, "only the power on"
+    assert world.record("node1")["state"] == "decommissioned", "not returned either"
+
+
+def test_a_bmc_that_is_down_delays_the_power_on_and_loses_nothing(world: World) -> None:
+    world.bmc.stop()
+    world.start_provisioner()
+    world.xcecli("expect", "rf-node1", "--template", "small", "--name", "node1")
+    wait_until(lambda: "cannot read the power" in world.log(), 10, "the BMC failure logged")
+    assert "[bmc_unreachable]" in world.log()
+    assert world.steps("node1") == [], "nothing begun without a reading"
+    world.bmc.start()
+    wait_until(lambda: world.bmc.power("node1") == "On", 20, "powered on once the BMC is back")
+    assert world.bmc.resets("node1") == 1
