@@ -32,12 +32,14 @@ auth:
 
 
 class World:
-    def __init__(self, tmp: Path, machines: list[str], **policy: Any) -> None:
+    def __init__(
+        self, tmp: Path, machines: list[str], delay: int | None = None, **policy: Any
+    ) -> None:
         self.tmp = tmp
         token = tmp / "prov-token"
         token.write_text(PROV_TOKEN + "\n")
         self.ctl = ControllerProcess(tmp, CLUSTER % token).start()
-        self.bmc = Emulator(tmp, machines).start()
+        self.bmc = Emulator(tmp, machines, delay).start()
         self.machines = machines
         self.provisioners: list[subprocess.Popen[bytes]] = []
         self.config = tmp / "provisioner.yaml"

@@ -22,6 +22,19 @@ import requests
 RESET = "/Actions/ComputerSystem.Reset"
 
 
+# The fake driver waits random.randint(1, 11) seconds before it applies a power change; a
+# test that needs the change still pending a while (a takeover mid-action) fixes the delay.
+FIXED_DELAY = """
+import random, sys
+from sushy_tools.emulator import main
+from sushy_tools.emulator.resources.systems import fakedriver
+delay = int(sys.argv.pop(1))
+fakedriver.random = random.Random()
+fakedriver.random.randint = lambda low, high: delay
+sys.exit(main.main())
+"""
+
+
 def emulator_command() -> list[str] | None:
     """How to start the emulator here, or None (sushy-tools is not installed)."""
     found = shutil.which("sushy-emulator", path=str(Path(sys.executable).parent))
@@ -35,8 +48,9 @@ def free_port() -> int:
 
 
 class Emulator:
-    def __init__(self, workdir: Path, systems: list[str]) -> None:
+    def __init__(self, workdir: Path, systems: list[str], delay: int | None = None) -> None:
         self.workdir = workdir
+        self.delay = delay  # seconds before a power change applies; None: 1 to 11 at random
         self.ids = {name: str(uuid.uuid5(uuid.NAMESPACE_DNS, name)) for name in systems}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -60,6 +74,8 @@ class Emulator:
     def start(self) -> Emulator:
         command = emulator_command()
         assert command is not None
+        if self.delay is not None:
+            command = [sys.executable, "-c", FIXED_DELAY, str(self.delay)]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [*command, "--config", str(self.workdir / "emulator.conf")],

@@ -75,11 +75,19 @@ def _lease(world: World, host: Host, session: str, ttl: float) -> int:
 
 
 def test_a_provisioner_killed_mid_action_is_taken_over_without_a_second_request(
-    world: World,
+    tmp_path: Path,
 ) -> None:
-    """The first holder is killed once its power on is issued, before the slow BMC applies
-    it; the next holder reads the journal, waits out the step and confirms it: one reset.
-    The killed holder's token, shown again, is refused before it reaches any BMC."""
+    """The first holder is killed once its power on is issued, before the slow BMC (10 s
+    for every change here) applies it; the next holder reads the journal, waits out the step
+    and confirms it: one reset. The killed holder's token, shown again, is refused."""
+    world = World(tmp_path, ["node1", "node2"], delay=10)
+    try:
+        _takeover(world)
+    finally:
+        world.close()
+
+
+def _takeover(world: World) -> None:
     first, second = Host(world, "prov-a"), Host(world, "prov-b")
     token = _lease(world, first, "a", 5)
     proc = world.start_provisioner("provisioner", token)
@@ -87,10 +95,11 @@ def test_a_provisioner_killed_mid_action_is_taken_over_without_a_second_request(
     wait_until(lambda: ("on", "issued", 1) in world.steps("node1"), 15, "power on issued")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert world.bmc.power("node1") == "Off" or world.bmc.resets("node1") == 1
     wait_until(lambda: _try_lease(world, second) > token, 10, "lease taken over")
     taken = _try_lease(world, second)
     world.start_provisioner("provisioner", taken)
+    wait_until(lambda: "running: 2 machines" in world.log().split("issued")[-1], 10, "started")
+    assert world.bmc.power("node1") == "Off", "taken over while the power on is pending"
     wait_until(lambda: ("on", "confirmed", 1) in world.steps("node1"), 20, "confirmed")
     assert world.bmc.power("node1") == "On"
     assert world.bmc.resets("node1") == 1, "the power on was sent once across the takeover"
