@@ -48,12 +48,20 @@ def free_port() -> int:
 
 
 class Emulator:
-    def __init__(self, workdir: Path, systems: list[str], delay: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        systems: list[str],
+        delay: int | None = None,
+        tls: tuple[Path, Path] | None = None,
+        users: Path | None = None,
+    ) -> None:
         self.workdir = workdir
         self.delay = delay  # seconds before a power change applies; None: 1 to 11 at random
         self.ids = {name: str(uuid.uuid5(uuid.NAMESPACE_DNS, name)) for name in systems}
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.verify: bool | str = str(tls[0].parent / "ca.pem") if tls else True
         self.log = workdir / "emulator.log"
         self.proc: subprocess.Popen[bytes] | None = None
         fake = [
@@ -66,7 +74,11 @@ class Emulator:
             "SUSHY_EMULATOR_FAKE_DRIVER = True\n"
             f"SUSHY_EMULATOR_STATE_DIR = {str(workdir / 'emulator-state')!r}\n"
             f"SUSHY_EMULATOR_FAKE_SYSTEMS = {fake!r}\n"
+            + (f"SUSHY_EMULATOR_SSL_CERT = {str(tls[0])!r}\n" if tls else "")
+            + (f"SUSHY_EMULATOR_SSL_KEY = {str(tls[1])!r}\n" if tls else "")
+            + (f"SUSHY_EMULATOR_AUTH_FILE = {str(users)!r}\n" if users else "")
         )
+        self.auth: tuple[str, str] | None = None
 
     def system(self, name: str) -> str:
         return f"/redfish/v1/Systems/{self.ids[name]}"
@@ -86,7 +98,7 @@ class Emulator:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                requests.get(self.url + "/redfish/v1/Systems", timeout=1).raise_for_status()
+                requests.get(self.url + "/redfish/v1/", timeout=1, verify=self.verify)
                 return self
             except requests.RequestException:
                 if self.proc.poll() is not None:
@@ -116,3 +128,70 @@ class Emulator:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def make_ca_and_cert(where: Path) -> tuple[Path, Path] | None:
+    """A CA (ca.pem) and a certificate for 127.0.0.1 it signed, with openssl; None without."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        return None
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], cwd=where, check=True, capture_output=True)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    )
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "bmc.key",
+        "-out",
+        "bmc.csr",
+    )
+    (where / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    run(
+        "x509",
+        "-req",
+        "-in",
+        "bmc.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "bmc.pem",
+    )
+    return where / "bmc.pem", where / "bmc.key"
+
+
+def users_file(where: Path, user: str, password: str) -> Path:
+    """The emulator's htpasswd file (bcrypt), with one user."""
+    import bcrypt
+
+    digest = bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()
+    path = where / "users.htpasswd"
+    path.write_text(f"{user}:{digest}\n")
+    return path

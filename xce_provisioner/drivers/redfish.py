@@ -79,6 +79,8 @@ def classify(exc: BaseException) -> DriverError:
         return DriverError(Reason.BMC_FAILED, text)
     if isinstance(exc, sx.HTTPError):
         return DriverError(Reason.BMC_REFUSED, text)
+    if isinstance(exc, ValueError):  # JSON that is not (requests' decode error is both)
+        return DriverError(Reason.BMC_BAD_ANSWER, f"malformed answer: {text}")
     if isinstance(exc, requests.exceptions.Timeout):
         return DriverError(Reason.BMC_TIMEOUT, text)
     if isinstance(exc, requests.exceptions.RequestException):
@@ -171,8 +173,21 @@ def _sushy_root(s: RedfishSettings) -> Any:
 
     user = read_secret(s.username_file) if s.username_file else None
     password = read_secret(s.password_file) if s.password_file else None
-    if s.auth == "basic":
-        auth: Any = sushy_auth.BasicAuth(user, password)
+
+    class NoAuth(sushy_auth.AuthBase):  # type: ignore[misc]
+        """No credentials configured (an open emulator): send none, not `None:None`."""
+
+        def _do_authenticate(self) -> None:
+            pass
+
+        def can_refresh_session(self) -> bool:
+            return False
+
+    auth: Any
+    if user is None and password is None:
+        auth = NoAuth()
+    elif s.auth == "basic":
+        auth = sushy_auth.BasicAuth(user, password)
     else:
         auth = sushy_auth.SessionOrBasicAuth(user, password)
     try:
