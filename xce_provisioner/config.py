@@ -249,7 +249,7 @@ def _machines(
             if key in seen:
                 c.report(
                     f"{path}.{what}",
-                    f"a {what} no other machine has",
+                    f"{'a name' if what == 'name' else 'an instance id'} no other machine has",
                     f"{value!r}, as {seen[key]}",
                     c.line_of(item, what),
                 )
