@@ -476,6 +476,19 @@ class Controller:
         hosts = [h for h in self.cluster.hosts.values() if h.provisioned]
         return sorted(hosts, key=lambda h: h.key)
 
+    def retire(self, by: str, instance_id: str, why: str, drain_timeout: float | None) -> Host:
+        """The provisioner decommissions one of its own instances (its idle policy): a drain
+        like an admin's, for a provisioned record only, named by its instance id."""
+        host = self.cluster.by_instance(instance_id)
+        if host is None or not host.provisioned:
+            raise lc.Refused("not_found", 404, f"no provisioned instance {instance_id}")
+        now = self.clock()
+        action = AdminAction.DECOMMISSION
+        self.commit(
+            lc.control(self.cluster, self.cfg, now, by, host, action, drain_timeout, None, why)
+        )
+        return self.cluster.hosts[host.key]
+
     def power_step(self, by: str, report: power.PowerReport) -> Host:
         """Record a provisioner's power step (core/power.py), fenced by its lease."""
         if report.lease:

@@ -11,6 +11,7 @@ repair_wait: 5m          # overdue: after the power cycle, before powering it of
 exclude_states: [lost]   # records in these states are never powered off
 keep_warm: 0             # expect machines until this many are expected or joined
 join_deadline: 10m       # of the machines keep_warm expects (the controller's default)
+idle_after: 30m          # open with no job this long: decommissioned, then powered off (off)
 metrics_file: /var/lib/prometheus/node-exporter/xce-provisioner.prom
 bmcs:
   rack1: {url: https://10.0.0.5, username_file: F, password_file: F, ca_file: F,
@@ -46,6 +47,7 @@ _TOP = (
     "exclude_states",
     "keep_warm",
     "join_deadline",
+    "idle_after",
     "metrics_file",
     "bmcs",
     "machines",
@@ -132,6 +134,7 @@ def _policy(doc: LineDict, c: Checker) -> Policy | None:
     attempts = c.integer(doc, "attempts", "", default=d.attempts, minimum=1, maximum=100)
     warm = c.integer(doc, "keep_warm", "", default=0, minimum=0, maximum=100_000)
     deadline = c.duration(doc, "join_deadline", "", default=None, positive=True)
+    idle_after = c.duration(doc, "idle_after", "", default=None, positive=True)
     excluded = c.string_list(doc, "exclude_states", "")
     for index, state in enumerate(excluded or []):
         if state not in EXCLUDABLE:
@@ -153,6 +156,7 @@ def _policy(doc: LineDict, c: Checker) -> Policy | None:
         exclude_states=tuple(excluded or ()),
         keep_warm=warm,
         join_deadline=deadline,
+        idle_after=idle_after,
     )
 
 

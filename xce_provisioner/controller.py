@@ -95,6 +95,9 @@ class ControllerClient:
     def ack(self, instance_id: str) -> None:
         self._call("POST", f"/v1/to-return/{instance_id}/ack")
 
+    def retire(self, instance_id: str, why: str) -> None:
+        self._call("POST", f"/v1/provisioned/{instance_id}/decommission", {"reason": why})
+
     def expect(self, machine: Machine, deadline: float | None) -> None:
         body: dict[str, Any] = {
             "instance_id": machine.instance_id,

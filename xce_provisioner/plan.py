@@ -91,6 +91,7 @@ class Policy:
     exclude_states: tuple[str, ...] = ()  # records in these states are never powered off
     keep_warm: int = 0  # expect machines until this many are expected or joined
     join_deadline: float | None = None  # of what keep_warm expects
+    idle_after: float | None = None  # open with no job this long: decommissioned (None: off)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,7 @@ class View:
     power: Mapping[str, Power]  # by machine name: the last reading
     seen: Mapping[tuple[str, str, int], float]  # step key -> when this process first saw it
     policy: Policy = field(default_factory=Policy)
+    idle_since: Mapping[str, float] = field(default_factory=dict)  # instance id -> open, no job
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -145,6 +147,16 @@ class Expect:
 
 
 @dataclass(frozen=True)
+class Retire:
+    """Decommission an idle machine's record (the idle policy); its drain, then the power
+    off ladder, follow from the record's next states."""
+
+    machine: Machine
+    decision: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Blocked:
     """A power off the policy forbids: said once per decision (log, metric)."""
 
@@ -154,7 +166,7 @@ class Blocked:
     why: str
 
 
-Action = Union[Act, Note, Ack, Expect, Blocked]
+Action = Union[Act, Note, Ack, Expect, Retire, Blocked]
 
 _REQUEST = {
     "on": Request.ON,
@@ -172,6 +184,7 @@ def plan(view: View, now: float) -> list[Action]:
         if record is not None:
             actions.extend(_machine(view, machine, record, now))
     actions.extend(_warm(view))
+    actions.extend(_idle(view, now))
     return actions
 
 
@@ -301,4 +314,26 @@ def _warm(view: View) -> list[Action]:
         r = view.records.get(m.instance_id)
         if r is None or (r.state == "returned" and view.power.get(m.name) is Power.OFF):
             return [Expect(m)]
+    return []
+
+
+def idle(record: Record) -> bool:
+    """What the idle policy counts as idle: open (not closed by anyone), no job there."""
+    return record.state == "open" and record.jobs_running == 0
+
+
+def _idle(view: View, now: float) -> list[Action]:
+    """The idle policy: decommission machines open with no job for `idle_after`, while more
+    than `keep_warm` are warm; one a pass, so the count is read again before the next."""
+    after = view.policy.idle_after
+    if after is None:
+        return []
+    warm = [m for m in view.machines if (r := view.records.get(m.instance_id)) and r.state in LIVE]
+    if len(warm) <= view.policy.keep_warm:
+        return []
+    for m in warm:
+        r = view.records[m.instance_id]
+        since = view.idle_since.get(m.instance_id)
+        if idle(r) and since is not None and now - since >= after:
+            return [Retire(m, r.decision, f"idle for {after:g}s (idle_after)")]
     return []

@@ -20,7 +20,21 @@ from xce_provisioner.config import Config
 from xce_provisioner.controller import ControllerClient, ControllerError
 from xce_provisioner.drivers.base import DriverError, Power, PowerDriver
 from xce_provisioner.metrics import Metrics
-from xce_provisioner.plan import Ack, Act, Action, Blocked, Expect, Machine, Note, Phase, View, plan
+from xce_provisioner.plan import (
+    Ack,
+    Act,
+    Action,
+    Blocked,
+    Expect,
+    Machine,
+    Note,
+    Phase,
+    Record,
+    Retire,
+    View,
+    idle,
+    plan,
+)
 
 log = logging.getLogger(__name__)
 WARN_EVERY = 60.0  # a repeated warning (the controller is down) at most once a minute
@@ -46,6 +60,7 @@ class Runner:
         self.seen: dict[tuple[str, str, int], float] = {}
         self._warned: dict[str, float] = {}
         self._blocked: set[tuple[str, str]] = set()
+        self.idle_since: dict[str, float] = {}  # instance id -> first seen open with no job
 
     def run(self, stop: threading.Event) -> None:
         while True:
@@ -65,11 +80,24 @@ class Runner:
         for record in records.values():
             for step in record.steps:
                 self.seen.setdefault(step.key, now)
+        self._note_idle(records, now)
         power = {m.name: self._power(m) for m in self.cfg.machines}
-        view = View(self.cfg.machines, records, power, dict(self.seen), self.cfg.policy)
+        view = View(
+            self.cfg.machines, records, power, dict(self.seen), self.cfg.policy, self.idle_since
+        )
         for action in plan(view, now):
             self._do(action)
         self._write_metrics()
+
+    def _note_idle(self, records: Mapping[str, Record], now: float) -> None:
+        """Idle time is counted here, on the monotonic clock, from the first pass that saw a
+        record idle: a restart counts it again from zero (it decommissions later, never
+        earlier)."""
+        for iid, record in records.items():
+            if idle(record):
+                self.idle_since.setdefault(iid, now)
+            else:
+                self.idle_since.pop(iid, None)
 
     def _power(self, m: Machine) -> Power:
         try:
@@ -114,6 +142,10 @@ class Runner:
                 log.info(
                     "%s: expected (keep_warm %d)", action.machine.name, self.cfg.policy.keep_warm
                 )
+            elif isinstance(action, Retire):
+                self.client.retire(action.machine.instance_id, action.why)
+                self.idle_since.pop(action.machine.instance_id, None)
+                log.info("%s: decommissioned: %s", action.machine.name, action.why)
             elif isinstance(action, Blocked):
                 self._blocked_once(action)
         except ControllerError as exc:

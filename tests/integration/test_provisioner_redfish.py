@@ -143,3 +143,15 @@ def test_a_bmc_that_is_down_delays_the_power_on_and_loses_nothing(world: World) 
     world.bmc.start()
     wait_until(lambda: world.bmc.power("node1") == "On", 20, "powered on once the BMC is back")
     assert world.bmc.resets("node1") == 1
+
+
+def test_the_idle_policy_decommissions_an_idle_host_and_powers_it_off(world: World) -> None:
+    world.write_config(idle_after="2s")
+    world.start_provisioner()
+    world.xcecli("expect", "rf-node1", "--template", "small", "--name", "node1")
+    wait_until(lambda: world.bmc.power("node1") == "On", 15, "node1 powered on")
+    Host(world, "node1")
+    wait_until(lambda: world.record("node1")["state"] == "returned", 25, "idle, off, returned")
+    assert world.bmc.power("node1") == "Off"
+    story = world.xcecli("why", "node1")
+    assert "idle for 2s (idle_after)" in story, story

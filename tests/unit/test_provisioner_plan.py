@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from xce_protocol.reasons import Reason
 from xce_provisioner.drivers.base import Power, Request
 from xce_provisioner.plan import (
@@ -15,6 +17,7 @@ from xce_provisioner.plan import (
     Phase,
     Policy,
     Record,
+    Retire,
     Step,
     View,
     plan,
@@ -198,3 +201,28 @@ def test_keep_warm_expects_one_machine_a_pass_and_is_off_by_default() -> None:
     assert plan(View((M1, M2), one, v.power, {}, Policy(keep_warm=1)), 0) == [
         Act(M1, "expected@1.000000", "on", Request.ON, 1, Reason.POWER_ON_EXPECTED)
     ]
+
+
+def idle_view(now_idle_since: float | None, keep_warm: int = 0, jobs: int = 0) -> View:
+    records = {
+        "rf-1": Record("rf-1", "open", "open@1.000000", jobs),
+        "rf-2": Record("rf-2", "open", "open@1.000000", 1),
+    }
+    since = {"rf-1": now_idle_since} if now_idle_since is not None else {}
+    policy = Policy(idle_after=60, keep_warm=keep_warm)
+    power = {"node1": Power.ON, "node2": Power.ON}
+    return View((M1, M2), records, power, {}, policy, since)
+
+
+def test_the_idle_policy_decommissions_a_machine_open_with_no_job_for_idle_after() -> None:
+    assert plan(idle_view(0.0), 59) == []
+    retire = only(plan(idle_view(0.0), 60))
+    assert isinstance(retire, Retire) and retire.machine == M1
+    assert plan(idle_view(None), 1e6) == [], "not seen idle yet"
+    assert plan(idle_view(0.0, jobs=1), 1e6) == [], "a job runs there"
+
+
+def test_the_idle_policy_keeps_keep_warm_machines_and_is_off_by_default() -> None:
+    assert plan(idle_view(0.0, keep_warm=2), 1e6) == []
+    off = replace(idle_view(0.0), policy=Policy())
+    assert plan(off, 1e6) == []

@@ -2,14 +2,15 @@
 
 The reference provisioner (xce_provisioner) reads every provisioned record here, whatever
 its state (the to-return list alone does not show a returned record whose machine still runs),
-and reports each power step, which becomes a fact: its effect journal and what `xcecli why`
-tells. Both take the provisioner token or the admin token. See docs/provisioner.md.
+reports each power step, which becomes a fact (its effect journal, and what `xcecli why`
+tells), and decommissions an instance of its own that it found idle. All take the
+provisioner token or the admin token. See docs/provisioner.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Optional
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
@@ -63,6 +64,12 @@ class PowerBody(Strict):
     check_numbers = json_numbers("attempt", "token", integer=True)
 
 
+class RetireBody(Strict):
+    reason: str = text("", max_length=512)
+    drain_timeout: Optional[float] = Field(None, ge=0, le=30 * 86400)
+    check_numbers = json_numbers("drain_timeout", integer=False)
+
+
 def decision(host: Host) -> str:
     """The decision a record's state stands on: its state and when it entered it."""
     at = host.history[-1].at if host.history else (host.expected_at or 0.0)
@@ -111,5 +118,16 @@ def router(ctl: Controller) -> APIRouter:
             token=body.token,
         )
         return record(ctl, ctl.power_step(by, report))
+
+    @api.post(
+        "/v1/provisioned/{instance_id}/decommission",
+        response_model=ProvisionedRecord,
+        responses=ERRORS,
+    )
+    async def retire(
+        instance_id: str, body: RetireBody, by: str = PROVISIONER_ROLE
+    ) -> dict[str, Any]:
+        why = body.reason or "decommissioned by the provisioner"
+        return record(ctl, ctl.retire(by, instance_id, why, body.drain_timeout))
 
     return api
