@@ -55,6 +55,7 @@ from xce_agent.system.notify import Notifier, system_shutting_down, watchdog_int
 from xce_agent.system.reader import reader_of
 from xce_protocol.notices import NoticeState
 from xce_protocol.protocol import printable
+from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +355,12 @@ class Agent:
             self.state = replace(self.state, notices=pending)
             self._save()
         before = self.state.membership
-        after, actions = ms.step(before, event, time.time())
+        try:
+            after, actions = ms.step(before, event, time.time())
+        except ms.UnexpectedEvent as exc:
+            code = Reason.UNEXPECTED_EVENT.value
+            log.error("membership: dropped %s", exc, extra={"reason_code": code})
+            return
         if after != before:
             self._log_standing(before, after)
             self.state = replace(self.state, membership=after)

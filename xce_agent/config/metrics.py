@@ -15,7 +15,6 @@ from pathlib import Path
 from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict
 
-DEBIAN_TEXTFILE_DIR = Path("/var/lib/prometheus/node-exporter")
 _LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[0-9.]+|localhost):(\d{1,5})$")
 
 

@@ -287,7 +287,12 @@ class Supervisor:
             return
         before = self._states[name]
         now = self.reactor.clock.monotonic()
-        transition = m.step(spec, before, event, now, self._rand())
+        try:
+            transition = m.step(spec, before, event, now, self._rand())
+        except m.UnexpectedEvent as exc:
+            code = Reason.UNEXPECTED_EVENT.value
+            log.error("%s: dropped %s", name, exc, extra={"reason_code": code, "component": name})
+            return
         self._states[name] = transition.state
         self._schedule(name, transition.state)
         for action in transition.actions:

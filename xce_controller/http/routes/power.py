@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Optional
 
-from fastapi import APIRouter
+from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
 from xce_controller.core import power
@@ -91,8 +91,8 @@ def record(ctl: Controller, host: Host) -> dict[str, Any]:
     }
 
 
-def router(ctl: Controller) -> APIRouter:
-    api = APIRouter()
+def install(api: FastAPI, ctl: Controller) -> None:
+    """Add these routes to the app (on the app itself, as the other resources do)."""
 
     @api.get("/v1/provisioned", response_model=list[ProvisionedRecord], responses=ERRORS)
     async def provisioned(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
@@ -129,5 +129,3 @@ def router(ctl: Controller) -> APIRouter:
     ) -> dict[str, Any]:
         why = body.reason or "decommissioned by the provisioner"
         return record(ctl, ctl.retire(by, instance_id, why, body.drain_timeout))
-
-    return api
