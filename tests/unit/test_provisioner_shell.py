@@ -69,8 +69,9 @@ def test_a_good_config_loads_with_its_defaults(tmp_path: Path) -> None:
         (
             ("bmcs:", "bmcz: 1\nbmcs:"),
             "bmcz: expected one of the keys attempts, bmcs, controller, exclude_states, "
-            "graceful_timeout, idle_after, interval, join_deadline, keep_warm, machines, metrics_file, "
-            "repair_wait, retry_wait, settle_timeout, got unknown key 'bmcz' (F line 2)",
+            "graceful_timeout, idle_after, interval, join_deadline, keep_warm, machines, "
+            "metrics_file, repair_wait, retry_wait, settle_timeout, got unknown key 'bmcz' "
+            "(F line 2)",
         ),
     ],
 )
