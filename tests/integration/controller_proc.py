@@ -17,16 +17,20 @@ class ControllerProcess:
         self,
         workdir: Path,
         config: str | None = None,
+        db: str = "",
         args: tuple[str, ...] = (),
         ca_file: Path | None = None,
     ) -> None:
-        """`args` are added to serve's; with `ca_file` it is reached over https, trusting it."""
+        """`db`: a `--db` value (tests' store_db fixture); the SQLite file in `workdir` else.
+        `args` are added to serve's; with `ca_file` it is reached over https, trusting it."""
         self.workdir = workdir
         self.args = args
         self.verify: str | bool = str(ca_file) if ca_file else True
         self.scheme = "https" if ca_file else "http"
         self.client_cert: tuple[str, str] | None = None  # when it requires one
         self.db = workdir / "controller.db"
+        self.store = db or str(self.db)  # what `--db` is given
+        self.prefix: list[str] = []  # a command the controller runs under (faketime, say)
         self.config = workdir / "cluster.yaml"
         if config is not None:
             self.config.write_text(config)
@@ -43,7 +47,7 @@ class ControllerProcess:
             "xce_controller",
             "serve",
             "--db",
-            str(self.db),
+            self.store,
             "--listen",
             f"127.0.0.1:{self.port}",
             "--port-file",
@@ -53,7 +57,9 @@ class ControllerProcess:
         if self.config.exists():
             args += ["--config", str(self.config)]
         with open(self.workdir / "controller.log", "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [*self.prefix, *args], stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if port_file.exists() and port_file.read_text().strip():

@@ -53,7 +53,9 @@ def contact(agent: AgentProcess) -> dict[str, str]:
 
 def test_an_agent_joins_over_https_once_its_ca_file_trusts_the_controller(tmp_path: Path) -> None:
     ca = Authority(tmp_path / "ca")
-    ctl = ControllerProcess(tmp_path, CLUSTER, tls_args(ca.issue("ctl")), ca.cert).start()
+    ctl = ControllerProcess(
+        tmp_path, CLUSTER, args=tls_args(ca.issue("ctl")), ca_file=ca.cert
+    ).start()
     try:
         assert ctl.url.startswith("https://")
         assert "listening on https://127.0.0.1:" in (tmp_path / "controller.log").read_text()
@@ -110,7 +112,7 @@ def test_sighup_serves_a_renewed_certificate_to_new_connections(tmp_path: Path) 
     first, renewed, wrong = ca.issue("first"), ca.issue("renewed"), ca.issue("wrong")
     shutil.copy(first.cert, live.cert)
     shutil.copy(first.key, live.key)
-    ctl = ControllerProcess(tmp_path, CLUSTER, tls_args(live), ca.cert).start()
+    ctl = ControllerProcess(tmp_path, CLUSTER, args=tls_args(live), ca_file=ca.cert).start()
     assert ctl.proc is not None
     try:
         assert served_certificate(ctl.port, ca.cert) == "first"
@@ -132,7 +134,7 @@ def test_sighup_serves_a_renewed_certificate_to_new_connections(tmp_path: Path) 
 def test_a_client_ca_makes_every_client_show_a_certificate_it_signed(tmp_path: Path) -> None:
     ca, other = Authority(tmp_path / "ca"), Authority(tmp_path / "other", "other-ca")
     args = tls_args(ca.issue("ctl"), "--tls-client-ca", str(ca.cert))
-    ctl = ControllerProcess(tmp_path, CLUSTER, args, ca.cert)
+    ctl = ControllerProcess(tmp_path, CLUSTER, args=args, ca_file=ca.cert)
     client, stranger = ca.issue("client"), other.issue("stranger")
     ctl.client_cert = (str(client.cert), str(client.key))
     try:

@@ -19,7 +19,10 @@ from typing import Any
 
 import click
 
+from xce_controller.cli.store_verbs import copy_store, migrate
 from xce_controller.core.config import ClusterConfig, load_cluster_config
+from xce_controller.store.base import SchemaTooNew, StorageUnavailable
+from xce_controller.store.open import describe, is_postgres
 from xce_protocol.errors import ConfigError, UsageError, XceError
 from xce_protocol.exits import ErrorExits
 
@@ -35,7 +38,12 @@ def main() -> None:
 
 @main.command()
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
-@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.option(
+    "--db",
+    required=True,
+    help="SQLite database file, or a PostgreSQL connection string (postgresql://... or "
+    "key=value pairs) that any number of replicas share.",
+)
 @click.option("--listen", default="127.0.0.1:7870", show_default=True, help="HOST:PORT.")
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
 @click.option(
@@ -58,7 +66,7 @@ def main() -> None:
 )
 def serve(
     config_file: Path | None,
-    db: Path,
+    db: str,
     listen: str,
     port_file: Path | None,
     tls_cert: Path | None,
@@ -81,35 +89,27 @@ def serve(
     tls_files = tls.tls_files(tls_cert, tls_key, tls_client_ca)
     if tls_files is not None:
         tls.check(tls_files)
-    host, _, port_text = listen.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port_text.isdigit():
-        raise UsageError(f"--listen: expected HOST:PORT, got {listen!r}")
-    if not cfg.admin_token and not _loopback(host):
-        raise ConfigError(
-            [
-                "auth.admin_token: expected a configured token when listening beyond "
-                f"loopback, got none (--listen {listen})"
-            ]
-        )
+    host, port_text = _where(cfg, listen, db)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     step = f"cannot listen on {listen}"
     try:
         if not cfg.admin_token:
-            step = f"cannot keep the admin token in {token_file(db)}"
-            cfg = replace(cfg, admin_token=stable_admin_token(db))
-            click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
+            path = Path(db)
+            step = f"cannot keep the admin token in {token_file(path)}"
+            cfg = replace(cfg, admin_token=stable_admin_token(path))
+            click.echo(f"xce-controller: admin token in {token_file(path)}", err=True)
         if not cfg.join_token:  # joins always need one: the cluster's, kept like the admin's
-            step = f"cannot keep the join token in {token_file(db, 'join')}"
-            cfg = replace(cfg, join_token=stable_token(db, "join"))
-            click.echo(f"xce-controller: join token in {token_file(db, 'join')}", err=True)
+            path = Path(db)
+            step = f"cannot keep the join token in {token_file(path, 'join')}"
+            cfg = replace(cfg, join_token=stable_token(path, "join"))
+            click.echo(f"xce-controller: join token in {token_file(path, 'join')}", err=True)
         step = f"cannot listen on {listen}"
         raise_open_files()  # systemd's 1024 is about a thousand agents' watches
         sock = bind(host, int(port_text))
-        step = f"cannot open the database {db}"
+        step = f"cannot open the database {describe(db)}"
         server, controller = make_server(cfg, db, sock, tls_files)
         controller.tune_gc = True
-    except (OSError, sqlite3.Error) as exc:
+    except (OSError, sqlite3.Error, StorageUnavailable, SchemaTooNew) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise XceError(f"{step}: {why}") from exc
     port = sock.getsockname()[1]
@@ -130,6 +130,28 @@ def serve(
         await server.serve(sockets=[sock])
 
     run_loop(serve_with_reload())
+
+
+def _where(cfg: ClusterConfig, listen: str, db: str) -> tuple[str, str]:
+    """The host and port to listen on, once the config may serve there with this store."""
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit():
+        raise UsageError(f"--listen: expected HOST:PORT, got {listen!r}")
+    if not cfg.admin_token and not _loopback(host):
+        raise ConfigError(
+            [
+                "auth.admin_token: expected a configured token when listening beyond "
+                f"loopback, got none (--listen {listen})"
+            ]
+        )
+    if is_postgres(db):
+        # Replicas must agree on the tokens: a token made by one would be unknown to the rest.
+        missing = [f"auth.{k}" for k in ("admin_token", "join_token") if not getattr(cfg, k)]
+        if missing:
+            why = "expected a configured token with a shared (PostgreSQL) store, got none"
+            raise ConfigError([f"{m}: {why}" for m in missing])
+    return host, port_text
 
 
 def run_loop(main: Any) -> None:
@@ -192,8 +214,13 @@ def validate(config_file: Path | None) -> None:
 
 
 @main.command()
-def demo() -> None:
+@click.option("--onprem", is_flag=True, help="The on-premise story: Redfish power (a minute).")
+def demo(onprem: bool) -> None:
     """Show the elastic-host lifecycle end to end on this machine (about 20 s)."""
+    if onprem:
+        from xce_controller.sim.demo_onprem import run_onprem_demo
+
+        sys.exit(run_onprem_demo(click.echo))
     from xce_controller.sim.demo import run_demo
 
     sys.exit(run_demo(click.echo))
@@ -240,3 +267,7 @@ def simulate(scenario: Path, csv_path: Path | None, plot_path: Path | None) -> N
     if plot_path is not None:
         plot(summary, plot_path)
     click.echo(summary.render())
+
+
+main.add_command(migrate)
+main.add_command(copy_store)
