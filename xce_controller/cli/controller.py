@@ -10,15 +10,18 @@ import asyncio
 import ipaddress
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from xce_controller import __version__
 from xce_controller.core.config import ClusterConfig, load_cluster_config
 from xce_protocol.errors import ConfigError, UsageError, XceError
 from xce_protocol.exits import ErrorExits
@@ -29,6 +32,7 @@ def _config(path: Path | None) -> ClusterConfig:
 
 
 @click.group(cls=ErrorExits, name="xce-controller")
+@click.version_option(__version__, prog_name="xce-controller")
 def main() -> None:
     """Reference controller of the XCE elastic-host lifecycle."""
 
@@ -61,7 +65,7 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
                 f"loopback, got none (--listen {listen})"
             ]
         )
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=log_format(os.environ))
     step = f"cannot listen on {listen}"
     try:
         if not cfg.admin_token:
@@ -94,6 +98,12 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
         await server.serve(sockets=[sock])
 
     run_loop(serve_with_reload())
+
+
+def log_format(environ: Mapping[str, str]) -> str:
+    """Under systemd the journal stamps each line; anywhere else the line carries its time."""
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    return fmt if environ.get("JOURNAL_STREAM") else "%(asctime)s " + fmt
 
 
 def run_loop(main: Any) -> None:

@@ -144,6 +144,9 @@ class HeartbeatBody(Lenient):
     renew: bool = Field(
         False, description="the agent (re)started: issue the credential of a new incarnation"
     )
+    agent_version: str = Field(
+        "", max_length=64, description="protocol 1.2: the agent's version (kept at a renewal)"
+    )
 
 
 class NoticeDetail(BaseModel):
@@ -247,6 +250,11 @@ class HostDetail(BaseModel):
     last_seen: Optional[float]
     addresses: list[str]
     roles: list[str]
+    slots: Optional[int] = Field(None, description="the slots of its template (its capacity)")
+    resources: dict[str, Any] = Field(
+        default_factory=dict, description="what the agent said it has: cpus, memory_bytes, ..."
+    )
+    agent_version: str = Field("", description="the agent's version at its last join or restart")
     drain: Optional[DrainBody]
     jobs_running: int
     history: list[ChangeBody]

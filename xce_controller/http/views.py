@@ -11,7 +11,7 @@ from xce_controller.core.model import Host, Job
 from xce_controller.service import Controller
 from xce_protocol.protocol import PROTOCOL
 
-# Never shown by the API: secrets (as hashes), the boot id, and the agent's raw resources.
+# Never shown by the API: secrets (as hashes) and the boot id.
 HIDDEN = (
     "token_hash",
     "credential_hash",
@@ -19,7 +19,6 @@ HIDDEN = (
     "past_credentials",
     "worker_hash",
     "boot_id",
-    "resources",
 )
 
 
@@ -60,4 +59,6 @@ def host_detail(ctl: Controller, host: Host) -> dict[str, Any]:
     data["last_seen"] = ctl.seen.get(host.key)
     data["jobs_running"] = len(ctl.cluster.jobs_on(host.key))
     data["report"] = ctl.reports.get(host.key)
+    template = ctl.cfg.templates.get(host.template)
+    data["slots"] = template.slots if template is not None else None
     return data
