@@ -128,7 +128,7 @@ def _loopback(host: str) -> bool:
 
 
 @main.command()
-@click.option("--config", "config_file", type=click.Path(path_type=Path))
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
 def validate(config_file: Path | None) -> None:
     """Check a cluster config; print every problem or "ok"."""
     _config(config_file)

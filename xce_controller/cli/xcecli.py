@@ -78,7 +78,7 @@ class Client:
 @click.option(
     "--timeout",
     type=Duration(minimum=0.1, maximum=3600),
-    default=30.0,
+    default="30s",
     show_default=True,
     help="How long to wait for the controller's answer (like 5s).",
 )
@@ -235,7 +235,7 @@ def expected(client: Client, output: str, as_json: bool) -> None:
     type=Duration(minimum=1, maximum=10 * 365 * 86400),
     help="How long it may take to join (like 15m; default: config).",
 )
-@click.option("--provider", default="")
+@click.option("--provider", default="", help="Whose instance it is (aws, gce, ...), shown.")
 @click.option("--join-token", default="", help="Per-instance join token.")
 @click.option(
     "--mint-join-token",
@@ -303,7 +303,11 @@ def close(client: Client, name: str, reason: str, wait: bool) -> None:
     type=Duration(),
     help="How long jobs may run before the policy applies (like 10m; default: config).",
 )
-@click.option("--policy", type=click.Choice(["requeue", "kill", "wait"]))
+@click.option(
+    "--policy",
+    type=click.Choice(["requeue", "kill", "wait"]),
+    help="At the drain timeout: requeue or kill the jobs left, or wait (default: config).",
+)
 @_REASON
 @_WAIT
 @click.pass_obj
@@ -341,7 +345,7 @@ def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@_JSON
 @click.pass_obj
 def jobs(client: Client, as_json: bool) -> None:
     """List jobs."""
@@ -370,7 +374,7 @@ def cancel(client: Client, job_id: int) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@_JSON
 @click.pass_obj
 def templates(client: Client, as_json: bool) -> None:
     """List the config's host templates and how many live hosts use each."""
@@ -411,7 +415,7 @@ def _is_lease(value: Any) -> bool:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@_JSON
 @click.pass_obj
 def leases(client: Client, as_json: bool) -> None:
     """Leases: holder, fencing token and expiry."""
