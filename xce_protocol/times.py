@@ -60,3 +60,44 @@ def parse_time(value: Any) -> float | None:
         stamp -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
     seconds = stamp + fraction
     return seconds if 0 <= seconds < EPOCH_MAX else None
+
+
+# Which fields of an answer hold a time: `at`, `deadline`, `last_seen` and every `*_at`.
+# One rule for the whole API, so a client converts without knowing each record's shape.
+TIME_FIELDS = frozenset({"at", "deadline", "last_seen"})
+
+
+def is_time_field(name: str) -> bool:
+    return name in TIME_FIELDS or name.endswith("_at")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def times_to_rfc3339(value: Any) -> Any:
+    """A JSON value with the numbers of its time fields (at any depth) as RFC 3339 strings."""
+    if isinstance(value, dict):
+        return {
+            k: rfc3339(v)
+            if is_time_field(str(k)) and _number(v) and math.isfinite(v)
+            else times_to_rfc3339(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [times_to_rfc3339(v) for v in value]
+    return value
+
+
+def times_to_epoch(value: Any) -> Any:
+    """The other way: time fields of either form as seconds since the epoch (None if bad)."""
+    if isinstance(value, dict):
+        return {
+            k: parse_time(v)
+            if is_time_field(str(k)) and isinstance(v, (str, int, float))
+            else times_to_epoch(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [times_to_epoch(v) for v in value]
+    return value

@@ -18,7 +18,7 @@ import requests
 
 from xce_controller.cli.client_errors import unreachable, why_unreachable
 from xce_controller.core.story import story
-from xce_protocol.times import parse_time
+from xce_protocol.times import parse_time, times_to_epoch
 
 RECONNECT_MAX = 10.0
 # C0 and C1 controls and DEL: a reason or host name holding them must not move the cursor,
@@ -93,9 +93,11 @@ def events(client: ApiClient, follow: bool, host: str, since: int, as_json: bool
 @click.pass_obj
 def why(client: ApiClient, name: str) -> None:
     """Why a host is where it is: its story from its facts, with durations."""
-    host = client.call("GET", f"/v1/hosts/{name}")
+    # The story counts durations in seconds: times of either form (1.1, 1.2) become those.
+    host = times_to_epoch(client.call("GET", f"/v1/hosts/{name}"))
     try:
-        history = list(_stream(client, {"host": host["instance_id"] or host["key"]}))
+        params = {"host": host["instance_id"] or host["key"]}
+        history = [times_to_epoch(e) for e in _stream(client, params)]
     except requests.RequestException as exc:
         raise unreachable(client.url, exc) from None
     # This record's own facts, and a lease another host took over from it (its loss).

@@ -30,6 +30,7 @@ from xce_protocol import names
 from xce_protocol.durations import Duration
 from xce_protocol.errors import UsageError
 from xce_protocol.exits import ErrorExits
+from xce_protocol.times import parse_time
 
 
 class Client:
@@ -406,11 +407,11 @@ def _is_lease(value: Any) -> bool:
         return False
     number = (int, float)
     ttl, left = value.get("ttl"), value.get("expires_in")
-    at = value.get("expires_at")
+    at = value.get("expires_at")  # RFC 3339 (1.2) or epoch seconds (1.1)
     return (
         isinstance(ttl, number)
         and (left is None or isinstance(left, number))
-        and (at is None or isinstance(at, number))
+        and (at is None or parse_time(at) is not None)
     )
 
 
