@@ -108,6 +108,7 @@ def agent_works_and_is_decommissioned(ctl: ControllerProcess, agent: AgentProces
     pid = agent.worker_pid()
     wait_for(lambda: api(ctl, "GET", "/v1/hosts/node1").get("last_seen"), timeout=10)
     job = api(ctl, "POST", "/v1/jobs", json={"command": ["true"], "host": "node1"})
+
     def state() -> str:
         return str(next(j for j in api(ctl, "GET", "/v1/jobs") if j["id"] == job["id"])["state"])
 
