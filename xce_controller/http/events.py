@@ -16,7 +16,6 @@ from typing import Any
 
 from xce_controller.core.model import Cluster, Fact, fold
 from xce_controller.service import Controller
-from xce_protocol.times import times_to_rfc3339
 
 PAGE = 500  # facts read per query
 MAX_SEQ = 2**63 - 1  # SQLite's largest integer: a larger cursor cannot be compared
@@ -48,7 +47,7 @@ class Event:
         }
         if self.fact.kind == "state":
             body["state"] = d.get("state", "")
-        return dict(times_to_rfc3339(body))  # its data's times too (protocol 1.2)
+        return body
 
     def _public(self, name: str) -> bool:
         """A lease's fencing token is no secret: it is what the holder shows others."""
