@@ -14,13 +14,13 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xce_agent.config import join_deadline
 from xce_agent.config.cloud import NO_CLOUD, CloudConfig, parse_cloud
 from xce_agent.config.component import parse_component
+from xce_agent.config.join_deadline import JoinTimeout
 from xce_agent.config.metrics import MetricsConfig, parse_metrics
-from xce_agent.controller import join_deadline
-from xce_agent.controller.join_deadline import JoinTimeout
+from xce_agent.config.notice_file import with_notice_file
 from xce_agent.errors import ConfigError
-from xce_agent.notices.relay import with_notice_file
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol import names
 from xce_protocol.protocol import MAX_COMPONENTS
@@ -134,7 +134,6 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
     metrics = parse_metrics(doc, c)
     if c.problems or instance is None or roles is None or components is None or log_level is None:
         return None
-    assert cloud is not None and metrics is not None  # their problems are in c.problems
     state_directory = Path(state_dir) if state_dir else DEFAULT_STATE_DIRECTORY
     return AgentConfig(
         path=path,

@@ -56,5 +56,5 @@ def create_app(ctl: Controller) -> FastAPI:
     install_errors(app)
 
     for resource in (agents, leases, provisioning, hosts, jobs):
-        app.include_router(resource.router(ctl))
+        resource.install(app, ctl)
     return app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import FastAPI, Query, Request
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.model import TERMINAL
@@ -44,8 +44,9 @@ def peer(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
-def router(ctl: Controller) -> APIRouter:
-    api = APIRouter()
+def install(api: FastAPI, ctl: Controller) -> None:
+    """Add this resource's routes to the app (on the app itself: FastAPI's included routers
+    hide their routes from the metrics' and errors' route lookup on newer releases)."""
 
     @api.get("/v1/info", response_model=InfoAnswer)
     async def info() -> dict[str, Any]:
@@ -160,5 +161,3 @@ def router(ctl: Controller) -> APIRouter:
     ) -> dict[str, Any]:
         host = ctl.agent_host(name, "", token_of(credential), peer(request), True)
         return job_view(ctl, ctl.job_report(host, job_id, event, body.exit_code))
-
-    return api

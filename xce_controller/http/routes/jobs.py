@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import FastAPI
 
 from xce_controller.http.auth import ADMIN_ROLE, ERRORS
 from xce_controller.http.schemas import JobBody, SubmitBody, TemplateUse
@@ -12,8 +12,9 @@ from xce_controller.http.views import job_view
 from xce_controller.service import Controller
 
 
-def router(ctl: Controller) -> APIRouter:
-    api = APIRouter()
+def install(api: FastAPI, ctl: Controller) -> None:
+    """Add this resource's routes to the app (on the app itself: FastAPI's included routers
+    hide their routes from the metrics' and errors' route lookup on newer releases)."""
 
     @api.post("/v1/jobs", response_model=JobBody, status_code=201, responses=ERRORS)
     async def submit(body: SubmitBody, by: str = ADMIN_ROLE) -> dict[str, Any]:
@@ -35,5 +36,3 @@ def router(ctl: Controller) -> APIRouter:
             {**t.to_json(), "hosts": uses.get(name, 0)}
             for name, t in sorted(ctl.cfg.templates.items())
         ]
-
-    return api

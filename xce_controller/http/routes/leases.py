@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import FastAPI, Query, Request
 
 from xce_controller.http.auth import ADMIN_ROLE, ERRORS, HOST_CREDENTIAL, Bearer, token_of
 from xce_controller.http.routes.agents import peer
@@ -17,8 +17,9 @@ LEASE_HOST = Query(..., min_length=1, max_length=253)
 LEASE_SESSION = Query(..., min_length=1, max_length=64)
 
 
-def router(ctl: Controller) -> APIRouter:
-    api = APIRouter()
+def install(api: FastAPI, ctl: Controller) -> None:
+    """Add this resource's routes to the app (on the app itself: FastAPI's included routers
+    hide their routes from the metrics' and errors' route lookup on newer releases)."""
 
     @api.post("/v1/leases/{lease}", response_model=LeaseAnswer, responses=ERRORS)
     async def acquire_lease(
@@ -43,5 +44,3 @@ def router(ctl: Controller) -> APIRouter:
     @api.get("/v1/leases", response_model=list[LeaseAnswer], responses=ERRORS)
     async def list_leases(by: str = ADMIN_ROLE) -> list[dict[str, Any]]:
         return [{"protocol": PROTOCOL, **times_to_rfc3339(le)} for le in ctl.leases.listing()]
-
-    return api
