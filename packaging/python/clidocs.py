@@ -294,7 +294,8 @@ def reference(tmp: Path) -> str:
         "",
         "Generated from the code by `packaging/python/clidocs.py reference docs/reference.md`;",
         "a test regenerates it and fails when it differs. What each does and why is in",
-        "[operations.md](operations.md) (the agent) and [controller.md](controller.md).",
+        "[operations.md](operations.md) (the agent) and [controller.md](controller.md). A key",
+        "marked (required) must be there once the mapping it belongs to is.",
         "",
     ]
     for program in PROGRAMS:

@@ -54,8 +54,6 @@ def why_unreachable(exc: BaseException) -> str:
             return "connection reset"
         if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
             return "no route to the host"
-    if "NameResolutionError" in str(exc) or "Name or service not known" in str(exc):
-        return "name not resolved"
     return f"connection failed ({type(exc).__name__})"
 
 
