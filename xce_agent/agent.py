@@ -90,11 +90,11 @@ class Agent:
         # worker gets its own credential from it, never the join token.
         self.credentials = CredentialStore(config.state_directory)
         me = host_name(config)
-        self.stored = self.credentials.load(me, config.instance.id, ctl.url) if ctl else None
+        self.stored = self.credentials.load(me, config.instance.id, ctl.urls) if ctl else None
         self.handoff = Handoff(
             config.state_directory,
             reader_of(workers),
-            ctl.url if ctl else "",
+            ",".join(ctl.urls) if ctl else "",  # XCE_CONTROLLER_URL: xcecli's list form
             self.stored.worker_secret or None if self.stored else None,
         )
         if runner is None:

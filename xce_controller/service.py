@@ -248,6 +248,11 @@ class Controller:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._release)
 
+    @property
+    def stopping(self) -> bool:
+        """Told to stop (release_watchers): the health check says so to load balancers."""
+        return self._released
+
     def _release(self) -> None:
         self._released = True
         for listener in self.on_release:

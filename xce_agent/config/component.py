@@ -1,9 +1,8 @@
 """One supervised component of the agent's config, checked key by key into a ComponentSpec.
 
-Split from config.py, which reads the rest of the file; the command, restart policy, probe
-and limits have a module each (command_config, restart_config, probe_config,
-limits_config). All report through the same Checker, so every problem still comes out as
-one `path: expected X, got Y (file line N)`.
+agent.py reads the rest of the file; the command, restart policy, probe and limits have a
+module each here (command, restart, probe, limits). All report through the same Checker, so
+every problem still comes out as one `path: expected X, got Y (file line N)`.
 """
 
 from __future__ import annotations

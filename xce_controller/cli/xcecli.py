@@ -11,10 +11,12 @@ import json
 import os
 import sys
 import time
+import urllib.parse
 from typing import Any
 
 import click
 import requests
+from urllib3.exceptions import NewConnectionError
 
 from xce_controller import __version__
 from xce_controller.cli.client_errors import ControllerRefused, unreachable
@@ -26,26 +28,45 @@ from xce_controller.cli.text import table as _table
 from xce_controller.cli.text import when as _when
 from xce_controller.cli.waiting import close_progress, drain_progress, follow
 from xce_controller.core.model import AdminAction
-from xce_protocol import names
+from xce_protocol import names, replicas
 from xce_protocol.durations import Duration
 from xce_protocol.errors import UsageError
 from xce_protocol.exits import ErrorExits
 from xce_protocol.times import parse_time
 
 
+def controller_urls(text: str) -> list[str]:
+    """--url: one URL or a comma-separated list of the controller's replicas."""
+    urls = [part.strip().rstrip("/") for part in text.split(",")]
+    for url in urls:
+        try:
+            host = urllib.parse.urlsplit(url).hostname
+        except ValueError:  # an unclosed [ of an IPv6 address
+            host = None
+        if not url.startswith(("http://", "https://")) or not host:
+            shown = printable(url)[:200]
+            raise UsageError(f"--url: expected http(s) URLs separated by commas, got {shown!r}")
+    return urls
+
+
 class Client:
     def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
-        self.url = url.rstrip("/")
+        self.urls = controller_urls(url)
+        self.current = 0
         self.timeout = timeout
         self.session = requests.Session()
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
+    @property
+    def url(self) -> str:
+        return self.urls[self.current]
+
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            response = self.session.request(method, self.url + path, timeout=self.timeout, **kwargs)
+            response = self.send(method, path, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise unreachable(self.url, exc) from None
+            raise unreachable(", ".join(self.urls), exc) from None
         try:
             body = response.json()
         except ValueError:
@@ -56,6 +77,33 @@ class Client:
             raise ControllerRefused(f"{response.status_code}: {line}")
         return body
 
+    def send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """The answer of the first URL that can serve, trying each once from the current
+        one (replicas.moves_on); the last URL's answer or failure when none can."""
+        order = replicas.attempts(self.current, len(self.urls))
+        for index in order:
+            last = index == order[-1]
+            try:
+                response = self.session.request(method, self.urls[index] + path, **kwargs)
+            except requests.RequestException as exc:
+                # A change whose connection broke once sent may have been made: not sent again.
+                if last or (method != "GET" and not _unsent(exc)):
+                    raise
+                continue
+            if last or not replicas.moves_on(response.status_code):
+                self.current = index
+                return response
+            response.close()
+        raise AssertionError("unreachable: the last URL answers or raises")
+
+
+def _unsent(exc: requests.RequestException) -> bool:
+    """The request never reached a server: no connection could be made."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and isinstance(reason, NewConnectionError)
+
 
 @click.group(cls=ErrorExits, name="xcecli")
 @click.version_option(__version__, prog_name="xcecli")
@@ -64,7 +112,7 @@ class Client:
     envvar="XCE_CONTROLLER_URL",
     default="http://127.0.0.1:7870",
     show_default=True,
-    help="Controller URL ($XCE_CONTROLLER_URL).",
+    help="Controller URL, or its replicas' URLs separated by commas ($XCE_CONTROLLER_URL).",
 )
 @click.option(
     "--token", envvar="XCE_ADMIN_TOKEN", default="", help="Admin token ($XCE_ADMIN_TOKEN)."
