@@ -364,7 +364,7 @@ class Controller:
         self.cfg = cfg
         for key in self.cluster.hosts:
             self._schedule(key)
-        log.warning("config reloaded")
+        log.info("config reloaded")
         # Templates may have grown or shrunk: place what now fits, and say why the rest waits.
         placed = jobmodel.place(self.cluster, cfg, self.clock())
         if placed:
@@ -409,13 +409,13 @@ class Controller:
             self.commit(facts)
         return self.cluster.hosts[host.key]
 
-    def renew(self, host: Host, boot_id: str = "") -> tuple[Host, str]:
+    def renew(self, host: Host, boot_id: str = "", agent_version: str = "") -> tuple[Host, str]:
         """A new credential for the host's next incarnation (its agent started). A host back
         from a reboot resumes here, without a join: what a join does after a notice's reboot
         (the notice ends, a host it closed reopens) is done here too."""
         now = self.clock()
         secret = credentials.mint()
-        self.commit([joining.renew(host, now, credentials.seal(secret), boot_id)])
+        self.commit([joining.renew(host, now, credentials.seal(secret), boot_id, agent_version)])
         self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
         return self.cluster.hosts[host.key], secret
 

@@ -37,6 +37,8 @@ class ControllerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.port = 0  # kept across restarts, so agents find it again
+        self.env: dict[str, str] | None = None  # another tree's code (tests/.../test_version_skew)
+        self.cwd: Path | None = None
 
     def start(self) -> ControllerProcess:
         port_file = self.workdir / "port"
@@ -58,7 +60,11 @@ class ControllerProcess:
             args += ["--config", str(self.config)]
         with open(self.workdir / "controller.log", "ab") as log:
             self.proc = subprocess.Popen(
-                [*self.prefix, *args], stdout=log, stderr=subprocess.STDOUT
+                [*self.prefix, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
             )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -13,6 +13,7 @@ import requests
 
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
+from xce_protocol.protocol import PROTOCOL
 
 CONFIG = """\
 version: 1
@@ -142,7 +143,7 @@ def test_watch_returns_as_soon_as_the_host_changes(ctl: ControllerProcess) -> No
         "host": "n1",
         "instance_id": "",
         "reason": "test",
-        "protocol": "1.1",
+        "protocol": PROTOCOL,
         "message": "host n1 (instance -) was decommissioned: test",
     }
 

@@ -10,15 +10,18 @@ import asyncio
 import ipaddress
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from xce_controller import __version__
 from xce_controller.cli.store_verbs import copy_store, migrate
 from xce_controller.core.config import ClusterConfig, load_cluster_config
 from xce_controller.store.base import SchemaTooNew, StorageUnavailable
@@ -32,6 +35,7 @@ def _config(path: Path | None) -> ClusterConfig:
 
 
 @click.group(cls=ErrorExits, name="xce-controller")
+@click.version_option(__version__, prog_name="xce-controller")
 def main() -> None:
     """Reference controller of the XCE elastic-host lifecycle."""
 
@@ -90,7 +94,7 @@ def serve(
     if tls_files is not None:
         tls.check(tls_files)
     host, port_text = _where(cfg, listen, db)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=log_format(os.environ))
     step = f"cannot listen on {listen}"
     try:
         if not cfg.admin_token:
@@ -154,6 +158,12 @@ def _where(cfg: ClusterConfig, listen: str, db: str) -> tuple[str, str]:
     return host, port_text
 
 
+def log_format(environ: Mapping[str, str]) -> str:
+    """Under systemd the journal stamps each line; anywhere else the line carries its time."""
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    return fmt if environ.get("JOURNAL_STREAM") else "%(asctime)s " + fmt
+
+
 def run_loop(main: Any) -> None:
     """uvloop when it is installed (it roughly halves the cost of a request), else asyncio."""
     try:
@@ -206,7 +216,7 @@ def restore(db: Path, source: Path) -> None:
 
 
 @main.command()
-@click.option("--config", "config_file", type=click.Path(path_type=Path))
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
 def validate(config_file: Path | None) -> None:
     """Check a cluster config; print every problem or "ok"."""
     _config(config_file)

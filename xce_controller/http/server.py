@@ -121,6 +121,7 @@ def make_server(
         app.add_middleware(CatchUp, controller=controller)
     options: dict[str, Any] = {
         "log_level": "warning",
+        "log_config": None,  # uvicorn's records go through the root handler (timestamps)
         "access_log": False,
         "lifespan": "on",
         "timeout_keep_alive": 120,
