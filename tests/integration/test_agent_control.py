@@ -200,3 +200,25 @@ def test_the_control_socket_is_root_only(host: HostAgent, tmp_path: Path) -> Non
         ).stdout.strip()
     )
     assert answer == {"ok": False, "message": "unknown command 'nonsense'"}
+
+
+def test_a_recursive_alias_sent_by_sighup_is_refused_and_supervision_goes_on(
+    host: HostAgent,
+) -> None:
+    host.write({"a": (SLEEPER, "restart: {initial_delay: 0, delay: 10ms}")})
+    host.start()
+    wait_for(lambda: host.running_pid("a"))
+    a = host.running_pid("a")
+    assert a is not None
+    good = host.config.read_text()
+    bomb = good.replace("command: [", "command: &r [").replace(".py]", ".py, *r]")
+    assert "*r]" in bomb
+    host.config.write_text(bomb)
+    host.signal(signal.SIGHUP)
+    wait_for(lambda: "an alias refers to its own anchor" in host.log(), 10)
+    assert "SIGHUP: config not reloaded" in host.log()
+    # The loop is not wedged: a killed component is restarted at once.
+    os.kill(a, signal.SIGKILL)
+    wait_for(lambda: host.running_pid("a") not in (None, a), 10)
+    assert host.cli("validate").returncode == 78
+    host.config.write_text(good)
