@@ -245,7 +245,7 @@ def test_hostile_control_clients_do_not_end_the_agent(host: HostAgent) -> None:
         sock.sendall(b"[" * 4000 + b"\n")
         assert b"bad request" in sock.recv(4096)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), hard))
-    idle = []
+    idle: list[socket.socket] = []
     try:
         deadline = time.monotonic() + 5
         while len(idle) < 1100 and time.monotonic() < deadline:
