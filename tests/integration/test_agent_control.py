@@ -153,6 +153,7 @@ def test_reload_applies_added_removed_and_changed_components(host: HostAgent) ->
     assert done.returncode == 0, done
     assert "removed b" in done.stdout and "added c" in done.stdout
     assert "restarted a" in done.stdout
+    assert "config reloaded: removed b, added c" in host.log()  # the journal says what changed
     wait_for(lambda: host.running_pid("c") and host.component("b") == {})
     wait_for(lambda: host.running_pid("a") not in (None, a))
     new_a = host.running_pid("a")

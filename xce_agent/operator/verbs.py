@@ -8,6 +8,7 @@ end, and changed ones restarted (only when what they run changed).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ from xce_agent.supervision.spec import ComponentSpec
 
 if TYPE_CHECKING:
     from xce_agent.agent import Agent
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ class Operator:
         message = "config reloaded: " + (plan.describe() or "no component changed")
         if ignored:
             message += f"; {', '.join(ignored)} changed: restart the agent to apply"
+        log.info("%s", message)  # whichever way it came (socket, SIGHUP): the journal says what
         return Answer(True, message)
 
     def _start_added(self, spec: ComponentSpec) -> None:
