@@ -12,32 +12,55 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
-from xce_controller import collector
-from xce_controller.clock import SteadyClock
-from xce_controller.core import crash, credentials, deadlines, joining, notices
+from xce_controller import collector, replicas
+from xce_controller.clock import SharedClock, SteadyClock
+from xce_controller.core import crash, credentials, deadlines, joining, notices, power
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig
 from xce_controller.core.facts import apply
 from xce_controller.core.gave_up import gave_up
-from xce_controller.core.model import JOINED, TERMINAL, AdminAction, Fact, Host, HostState
+from xce_controller.core.model import (
+    JOINED,
+    TERMINAL,
+    AdminAction,
+    Fact,
+    Host,
+    HostState,
+    Job,
+    JobEvent,
+)
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
-from xce_controller.store.sqlite import StorageUnavailable, Store
+from xce_controller.store.base import SharedStore, StaleState, StorageUnavailable, Store
 from xce_protocol import names
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice
 
 log = logging.getLogger(__name__)
-PROTOCOL = "1.1"
 RECORD_EVERY = 60.0  # seconds between recorded refusals of one kind for one host
 MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
 RETRY = 5.0  # a timer whose facts could not be stored tries again after this long
 RESCAN = ("job_submitted", "job_requeued")  # facts after which every open host may take work
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the provisioner says of an instance it created: `POST /v1/expected`."""
+
+    instance_id: str
+    template: str
+    name: str = ""
+    address: str = ""
+    deadline_in: float | None = None
+    provider: str = ""
+    join_token: str = ""
+    mint_join_token: bool = False
 
 
 class Controller:
@@ -54,7 +77,10 @@ class Controller:
         if self.generated_join_token:
             cfg = replace(cfg, join_token=secrets.token_urlsafe(24))
         self.store = store
-        self.clock = clock or SteadyClock()  # a stepped wall clock moves no interval
+        # A stepped wall clock moves no interval; replicas share the database's clock.
+        self.clock = clock or (
+            SharedClock(cast(SharedStore, store).db_time) if store.shared else SteadyClock()
+        )
         self.cluster, self.seen = store.load()
         problems = lc.template_problems(self.cluster, cfg)
         if problems:
@@ -78,6 +104,9 @@ class Controller:
         self.storage_errors = 0  # changes the database refused since start
         # Told of every committed batch, in order (metrics, the events stream).
         self.on_commit: list[Callable[[list[Fact]], None]] = []
+        # Told of the facts other replicas committed, once applied here (the events stream).
+        self.on_applied: list[Callable[[list[Fact]], None]] = []
+        self.replica = replicas.Replica(self) if store.shared else None
         self.leases.on_commit.append(self._leases_committed)
         # Told once the controller is stopping, on its loop (the events stream's followers).
         self.on_release: list[Callable[[], None]] = []
@@ -99,6 +128,7 @@ class Controller:
         touched: set[str] = set()
         jobs: set[int] = set()
         done: list[Fact] = []
+        after = self.cluster.version if self.store.shared else None
         try:
             for _ in range(64):  # settling always converges; the bound guards a bug
                 if not facts:
@@ -111,7 +141,16 @@ class Controller:
                 done += facts
                 touched |= hosts
                 facts = self._settle(hosts, any(f.kind in RESCAN for f in facts))
-            self.store.commit(done, self.cluster, touched, jobs)
+            began = time.monotonic()
+            self.store.commit(done, self.cluster, touched, jobs, after)
+            if self.replica is not None:
+                self.replica.commits += 1
+                self.replica.commit_seconds += time.monotonic() - began
+        except StaleState:  # decided on an old state: nothing stored, the caller decides again
+            assert self.replica is not None
+            self.replica.stale += 1
+            self.replica.reload()
+            raise
         except StorageUnavailable as exc:
             self.storage_errors += 1
             self._storage_failed(exc.cause)
@@ -132,7 +171,24 @@ class Controller:
         return touched
 
     def _reload(self) -> None:
+        if self.replica is not None:
+            self.replica.dirty = True  # until a reload succeeds: no decision on this state
+            self.replica.reload()
+            return
         self.cluster, _ = self.store.load()
+
+    def wake(self, keys: set[str]) -> None:
+        """Wake the watchers of these hosts (facts another replica committed touched them)."""
+        self._wake(keys)
+
+    def reschedule(self, key: str) -> None:
+        self._schedule(key)
+
+    def _heard(self, key: str, now: float) -> None:
+        """The host's agent spoke: in memory, and for the other replicas in the store."""
+        self.seen[key] = now
+        if self.replica is not None:
+            self.replica.heard(key, now)
 
     def _storage_failed(self, cause: str) -> None:
         if not self.storage_down:
@@ -185,6 +241,9 @@ class Controller:
         self._handle = self._armed = None
         now = self.clock()
         keys = self.timers.pop_due(now)
+        if self.replica is not None:
+            self._fire_shared(keys, now)
+            return
         facts = [
             f
             for key in keys
@@ -204,8 +263,39 @@ class Controller:
                 self._schedule(key)
         self._arm()
 
+    def _fire_shared(self, keys: list[str], now: float) -> None:
+        """A timer among replicas: decided on the whole log and every replica's heartbeat
+        times, by whichever replica commits first; the others then find nothing due."""
+        assert self.replica is not None
+        retry = RETRY
+        try:
+            self.replica.catch_up()
+            self.replica.refresh(keys)
+            facts = [
+                f
+                for key in keys
+                if key in self.cluster.hosts
+                for f in self._due(self.cluster.hosts[key], now)
+            ]
+            if facts:
+                self.commit(facts)
+        except StaleState:
+            retry = 0.0  # another replica moved the log: look again at once, on the new state
+        except Exception:
+            if not self.storage_down:
+                log.exception("timer pass failed")
+        else:
+            retry = -1.0
+        for key in keys:
+            self._schedule(key, now + retry if retry >= 0 else None)
+        self._arm()
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.replica is not None:
+            self.replica.start(self._loop)
+            with contextlib.suppress(StorageUnavailable):  # the first timer pass retries
+                self.replica.refresh(())
         self._arm()
         if self.tune_gc:
             self._freeze()
@@ -226,6 +316,11 @@ class Controller:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._release)
 
+    @property
+    def stopping(self) -> bool:
+        """Told to stop (release_watchers): the health check says so to load balancers."""
+        return self._released
+
     def _release(self) -> None:
         self._released = True
         for listener in self.on_release:
@@ -241,6 +336,9 @@ class Controller:
             if handle is not None:
                 handle.cancel()
         self._loop = None
+        if self.replica is not None:
+            self.replica.stop()
+            return  # heartbeat times are in the store already, newest from every replica
         try:
             self.store.save_seen(self.seen)  # for display after a restart; never decides
         except StorageUnavailable as exc:
@@ -286,7 +384,7 @@ class Controller:
         except lc.Refused as refused:
             self._keep_record(refused)
             raise
-        self.seen[host.key] = now  # before the commit: what it settles must see the join
+        self._heard(host.key, now)  # before the commit: what it settles must see the join
         self.commit(facts)
         self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
         return self.cluster.hosts[host.key], secret, worker
@@ -344,9 +442,32 @@ class Controller:
         except StorageUnavailable as exc:
             self._storage_failed(exc.cause)
 
+    def reporting_host(
+        self, name: str, instance_id: str, token: str, peer: str, report: dict[str, Any]
+    ) -> Host:
+        """The host a heartbeat speaks for. A decommissioned host's refusal keeps what its
+        agent said (its credential was checked, so its word counts)."""
+        try:
+            return self.agent_host(name, instance_id, token, peer)
+        except lc.Refused as refused:
+            gone = self.cluster.by_name(name) if refused.kind == "decommissioned" else None
+            if gone is not None:
+                self.record_report(gone, report)
+            raise
+
+    def job_report(self, host: Host, job_id: int, event: str, exit_code: int) -> Job:
+        """The host's worker reports a job started or finished."""
+        if event not in {e.value for e in JobEvent}:
+            raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
+        now = self.clock()
+        self.commit(
+            jobmodel.job_report(self.cluster, now, host, job_id, JobEvent(event), exit_code)
+        )
+        return self.cluster.jobs[job_id]
+
     def heartbeat(self, host: Host, report: dict[str, Any]) -> Host:
         now = self.clock()
-        self.seen[host.key] = now  # in memory only: docs/controller.md, "Persistence"
+        self._heard(host.key, now)  # no fact: docs/controller.md, "Persistence"
         self.reports[host.key] = {**report, "at": now}
         facts = lc.heartbeat(self.cluster, now, host)
         facts += crash.on_report(self.cluster, self.cfg, now, host, report)
@@ -380,7 +501,7 @@ class Controller:
             name = host.name or host.expected_name or host.key
             raise lc.Refused("unknown_host", 404, f"host {name} has not joined yet: join first")
         now = self.clock()
-        self.seen[host.key] = now  # the agent spoke: as good as a heartbeat
+        self._heard(host.key, now)  # the agent spoke: as good as a heartbeat
         # A lost host is heard again first, so the notice closes it: acted on while it was
         # lost, its next heartbeat would have reopened it for work just before it goes.
         resumed = lc.heartbeat(self.cluster, now, host)
@@ -388,7 +509,93 @@ class Controller:
         self.commit([*resumed, *notices.receive(self.cluster, self.cfg, now, after, notice)])
         return self.cluster.hosts[host.key]
 
+    # --- provisioner --------------------------------------------------------------------
+    def expect(self, by: str, wanted: Expectation) -> tuple[Host, str]:
+        """Record an expected instance; the join token minted for it, if asked (shown once)."""
+        if wanted.join_token and wanted.mint_join_token:
+            raise lc.Refused("conflict", 409, "join_token and mint_join_token: one of them")
+        token = credentials.mint() if wanted.mint_join_token else wanted.join_token
+        roles = (self.cfg.admin_token, self.cfg.provisioner_token)
+        if any(credentials.same(token, t) for t in roles):
+            raise lc.Refused("conflict", 409, "a join token must differ from the role tokens")
+        now = self.clock()
+        deadline = now + wanted.deadline_in if wanted.deadline_in else None
+        self.commit(
+            lc.expect(
+                self.cluster,
+                self.cfg,
+                now,
+                by,
+                wanted.instance_id,
+                wanted.template,
+                wanted.name,
+                wanted.address,
+                deadline,
+                wanted.provider,
+                token,
+            )
+        )
+        return self.cluster.hosts[wanted.instance_id], token if wanted.mint_join_token else ""
+
+    def expected_hosts(self) -> list[Host]:
+        wanted = (HostState.EXPECTED, HostState.OVERDUE)
+        return [h for h in self.cluster.hosts.values() if h.state in wanted]
+
+    def to_return(self) -> list[Host]:
+        return lc.to_return(self.cluster)
+
+    def ack_return(self, by: str, instance_id: str) -> Host:
+        self.commit(lc.ack_return(self.cluster, self.clock(), by, instance_id))
+        return self.cluster.hosts[instance_id]
+
+    def provisioned_hosts(self) -> list[Host]:
+        hosts = [h for h in self.cluster.hosts.values() if h.provisioned]
+        return sorted(hosts, key=lambda h: h.key)
+
+    def retire(self, by: str, instance_id: str, why: str, drain_timeout: float | None) -> Host:
+        """The provisioner decommissions one of its own instances (its idle policy): a drain
+        like an admin's, for a provisioned record only, named by its instance id."""
+        host = self.cluster.by_instance(instance_id)
+        if host is None or not host.provisioned:
+            raise lc.Refused("not_found", 404, f"no provisioned instance {instance_id}")
+        now = self.clock()
+        action = AdminAction.DECOMMISSION
+        self.commit(
+            lc.control(self.cluster, self.cfg, now, by, host, action, drain_timeout, None, why)
+        )
+        return self.cluster.hosts[host.key]
+
+    def power_step(self, by: str, report: power.PowerReport) -> Host:
+        """Record a provisioner's power step (core/power.py), fenced by its lease."""
+        if report.lease:
+            held = self.leases.book.get(report.lease)
+            power.check_lease(report, held.token, held.live(self.leases.monotonic()))
+        self.commit(power.report(self.cluster, self.clock(), by, report))
+        found = self.cluster.by_instance(report.instance_id)
+        assert found is not None  # power.report refused an unknown one
+        return found
+
     # --- admin ------------------------------------------------------------------------
+    def listed_hosts(self, everything: bool) -> list[Host]:
+        """Hosts by name; the decommissioned and returned ones only with `everything`."""
+        hidden = () if everything else TERMINAL
+        shown = [h for h in self.cluster.hosts.values() if h.state not in hidden]
+        return sorted(shown, key=lambda h: h.name or h.key)
+
+    def template_uses(self) -> dict[str, int]:
+        """How many live hosts use each template."""
+        uses: dict[str, int] = {}
+        for h in self.cluster.hosts.values():
+            if h.state not in TERMINAL:
+                uses[h.template] = uses.get(h.template, 0) + 1
+        return uses
+
+    def submit(self, by: str, command: list[str], slots: int, host: str = "") -> Job:
+        facts = jobmodel.submit(self.cluster, self.clock(), by, command, slots, host)
+        job_id = int(facts[0].data["id"])
+        self.commit(facts)
+        return self.cluster.jobs[job_id]
+
     def find_host(self, name: str) -> Host:
         host = self.cluster.host_by_name(name) if names.is_host_name(name) else None
         if host is None:

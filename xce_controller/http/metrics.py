@@ -20,7 +20,7 @@ from starlette.routing import Match
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.model import Cluster, Fact, HostState
-from xce_controller.http import lease_metrics, read_deadline
+from xce_controller.http import lease_metrics, read_deadline, replica_metrics
 from xce_controller.service import Controller
 from xce_protocol.reasons import Reason
 
@@ -217,6 +217,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StateCollector(ctl))
         self.leases = lease_metrics.register(self.registry, ctl.leases)
+        replica_metrics.register(self.registry, ctl.replica)
         self.tally = FactTally(self.registry, ctl.cluster)
         self.latency = Histogram(
             "xce_controller_request_duration_seconds",
