@@ -53,6 +53,7 @@ class AgentSide(Protocol):
         """The reloaded config's components and roles become the Agent's own, saved."""
         ...
 
+
 log = logging.getLogger(__name__)
 
 
