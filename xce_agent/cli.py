@@ -18,6 +18,7 @@ import click
 from xce_agent import __version__
 from xce_agent.config.agent import AgentConfig, config_path, load_config
 from xce_agent.errors import ConfigError, NoState, UsageError
+from xce_protocol.durations import Duration
 from xce_protocol.exits import ErrorExits
 from xce_protocol.roles import KNOWN_ROLES
 
@@ -99,7 +100,13 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
 
 @main.command()
 @config_option
-@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="2m",
+    show_default=True,
+    help="How long to wait (like 2m).",
+)
 @click.argument("name", required=False)
 def stop(config_file: str | None, timeout: float, name: str | None) -> None:
     """Stop NAME, or without NAME every component and then the agent (a restart keeps them)."""
@@ -113,7 +120,13 @@ def stop(config_file: str | None, timeout: float, name: str | None) -> None:
 
 @main.command()
 @config_option
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="1m",
+    show_default=True,
+    help="How long to wait (like 2m).",
+)
 @click.argument("name")
 def start(config_file: str | None, timeout: float, name: str) -> None:
     """Start component NAME through the running agent."""
@@ -122,7 +135,13 @@ def start(config_file: str | None, timeout: float, name: str) -> None:
 
 @main.command()
 @config_option
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="1m",
+    show_default=True,
+    help="How long to wait (like 2m).",
+)
 @click.argument("name")
 def restart(config_file: str | None, timeout: float, name: str) -> None:
     """Restart component NAME (stop gracefully, start again) through the running agent."""
@@ -131,7 +150,13 @@ def restart(config_file: str | None, timeout: float, name: str) -> None:
 
 @main.command()
 @config_option
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="1m",
+    show_default=True,
+    help="How long to wait (like 2m).",
+)
 @click.argument("name")
 def reset(config_file: str | None, timeout: float, name: str) -> None:
     """Clear the FATAL state of component NAME and start it again."""

@@ -39,7 +39,7 @@ from xce_agent.core.answers import (
     unknown,
     version_of,
 )
-from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, template_of
+from xce_protocol.protocol import CREDENTIALS_SINCE, Answer, Identity, Outcome, template_of
 
 __all__ = ["RETRY_AFTER_MAX", "Client", "ControllerLink", "clamp", "retry_delay"]
 
@@ -294,7 +294,7 @@ class ControllerLink:
             answer = Answer(
                 Outcome.RETRY,
                 f"controller (protocol {answer.body.get('protocol')}) issues no host "
-                f"credential: this agent needs protocol {PROTOCOL} or later",
+                f"credential: this agent needs protocol {CREDENTIALS_SINCE} or later",
             )
         if answer.outcome is not Outcome.ACCEPTED:
             if answer.outcome is not Outcome.DECOMMISSIONED:
