@@ -8,6 +8,7 @@ config error, so a systemd unit with RestartPreventExitStatus=78 does not loop o
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import click
 
 from xce_agent import __version__
 from xce_agent.config.agent import AgentConfig, config_path, load_config
-from xce_agent.errors import ConfigError, NoState, UsageError
+from xce_agent.errors import AgentError, ConfigError, NoState, UsageError
 from xce_protocol.durations import Duration
 from xce_protocol.exits import ErrorExits
 from xce_protocol.roles import KNOWN_ROLES
@@ -34,6 +35,10 @@ config_option = click.option(
 
 def _load(config_file: str | None) -> AgentConfig:
     return load_config(config_path(config_file))
+
+
+class NeedsRoot(AgentError):
+    """A command that reads root's files, run as another user."""
 
 
 @click.group(cls=ErrorExits, name="xce-agent")
@@ -80,8 +85,16 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
     from xce_agent.operator.status import render_status
     from xce_agent.state import StateStore
 
-    directory = Path(state_dir) if state_dir else _load(config_file).state_directory
-    state = StateStore(directory).read_only()
+    try:
+        directory = Path(state_dir) if state_dir else _load(config_file).state_directory
+        state = StateStore(directory).read_only()
+    except (ConfigError, PermissionError):
+        if os.geteuid() == 0:
+            raise
+        # The config's token file and the state directory are root's (0600, 0700).
+        raise NeedsRoot(
+            "status needs root: the state and the config are root's (try sudo)"
+        ) from None
     if state is None:
         raise NoState(f"no state in {directory}: the agent has not run here")
     from xce_agent.system.single_agent import live_agent
