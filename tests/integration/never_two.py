@@ -34,12 +34,16 @@ def remove_tree(path: Path) -> None:
     """Kill everything in `path` and its children, then remove them (deepest first)."""
     if not path.exists():
         return
-    for child in sorted(path.rglob("*"), key=lambda p: -len(p.parts)):
-        if child.is_dir():
-            with contextlib.suppress(OSError):
-                (child / "cgroup.kill").write_text("1")
-            with contextlib.suppress(OSError):
-                child.rmdir()
+    children = sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+    for cgroup in [*children, path]:
+        with contextlib.suppress(OSError):
+            (cgroup / "cgroup.kill").write_text("1")
+    deadline = time.monotonic() + 10
+    while procs_below(path) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the killed are on their way out; a populated cgroup stays
+    for child in children:
+        with contextlib.suppress(OSError):
+            child.rmdir()
     with contextlib.suppress(OSError):
         (path / "cgroup.kill").write_text("1")
     with contextlib.suppress(OSError):
@@ -114,9 +118,9 @@ def fill(directory: Path) -> Path:
     return filler
 
 
-def unmount(directory: Path) -> None:
-    """Undo every mount on `directory` (a bind mount and its remount are one)."""
-    for _ in range(4):
+def unmount(directory: Path, layers: int = 1) -> None:
+    """Undo the top `layers` mounts on `directory` (a bind mount and its remount are one)."""
+    for _ in range(layers):
         # Lazy: a process with a file open under it (a copy the agent started) keeps the
         # old mount alive for itself only; the directory is the writable one again at once.
         if subprocess.run(["umount", "-l", str(directory)], capture_output=True).returncode:
