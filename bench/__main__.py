@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--schedules", type=int, default=0, help="leases, never-two: schedules")
     parser.add_argument("--seed", type=int, default=None, help="never-two: the schedules' seed")
     parser.add_argument("--first", type=int, default=0, help="never-two: the first schedule")
-    parser.add_argument("--lanes", type=int, default=2, help="never-two: hosts at once")
+    parser.add_argument("--lanes", type=int, default=4, help="never-two: hosts at once")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
     args = parser.parse_args()
     for section in args.sections:

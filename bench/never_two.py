@@ -15,7 +15,7 @@ from tests.integration import never_two as nt
 from tests.integration.never_two_rig import Report, run_schedules, schedule
 
 
-def run(schedules: int = 1000, seed: int | None = None, first: int = 0, lanes: int = 2) -> str:
+def run(schedules: int = 1000, seed: int | None = None, first: int = 0, lanes: int = 4) -> str:
     root = nt.usable_root()
     if root is None or not nt.can_mount():
         return "never-two: skipped (needs root, mount(8) and a writable cgroup v2)"

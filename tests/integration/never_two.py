@@ -59,12 +59,11 @@ def procs(cgroup: Path) -> list[int]:
 
 
 def procs_below(cgroup: Path) -> list[int]:
-    """The processes of `cgroup` and every cgroup under it."""
-    found = procs(cgroup)
-    with contextlib.suppress(OSError):
-        for child in cgroup.rglob("cgroup.procs"):
-            if child.parent != cgroup:
-                found += procs(child.parent)
+    """The processes of `cgroup` and every cgroup under it (each cgroup.procs read once)."""
+    found: list[int] = []
+    for top, dirs, _ in os.walk(cgroup):
+        found += procs(Path(top))
+        dirs[:] = [d for d in dirs if d not in ("cgroup.procs",)]
     return found
 
 

@@ -4,7 +4,7 @@ agents, and a sampler that counts each component's live copies all along.
 A lane is one host: a fake controller, a state directory on a small tmpfs (so it can be
 filled), and a cgroup the rig owns under which every agent of the lane, and so every
 process it starts, runs. A schedule starts a fresh host (containment on or off, drawn),
-waits for its worker, then applies 2 to 4 steps drawn from its own seed:
+waits for its worker, then applies 1 to 3 steps drawn from its own seed:
 
 - detach-elsewhere: SIGTERM (components stay), the next agent from another cgroup;
 - kill9-agent, kill9-worker, kill9-worker-then-agent: at random points;
@@ -73,7 +73,7 @@ def schedule(seed: int, index: int) -> Schedule:
     """Schedule `index` of `seed`: always the same one."""
     rnd = random.Random(f"{seed}:{index}")  # noqa: S311 - a reproducible schedule
     kinds, weights = list(STEPS), list(STEPS.values())
-    steps = tuple((rnd.choices(kinds, weights)[0], rnd.random()) for _ in range(rnd.randint(2, 4)))
+    steps = tuple((rnd.choices(kinds, weights)[0], rnd.random()) for _ in range(rnd.randint(1, 3)))
     return Schedule(seed, index, rnd.random() < 0.5, steps)
 
 
@@ -201,6 +201,32 @@ class Lane:
         found = self.copies()
         return all(len(pids) == 1 and pids[0] not in self.killed for pids in found.values())
 
+    def supervised(self) -> bool:
+        """The agent runs and says so, and each component's one copy is the one it records
+        (the worker's none, once decommissioned)."""
+        try:
+            state = json.loads((self.state_dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return False
+        agent = state.get("agent") or {}
+        if self.proc is None or agent.get("pid") != self.proc.pid:
+            return False
+        if state.get("lifecycle") != "running":
+            return False
+        found = self.copies()
+        records = {c.get("name"): c for c in state.get("components", [])}
+        for name in COMPONENTS:
+            if name == "worker" and self.zero_worker:
+                if found[name]:
+                    return False
+                continue
+            record = records.get(name, {})
+            if record.get("phase") != "running" or found[name] != [record.get("pid")]:
+                return False
+            if found[name][0] in self.killed:
+                return False
+        return True
+
     def tombstone(self) -> bool:
         try:
             return bool(json.loads((self.state_dir / "state.json").read_text()).get("tombstone"))
@@ -239,9 +265,8 @@ class Lane:
     def _settle(self, report: Report, after: str) -> bool:
         if not self.agent_alive():
             self.start_agent()
-        want = (lambda: not self.copies()["worker"]) if self.zero_worker else self.worker_runs
         try:
-            wait_for(want, SETTLE)
+            wait_for(self.supervised, SETTLE)
         except AssertionError:
             tail = "\n    ".join((self.dir / "agent.log").read_text().splitlines()[-12:])
             with self.lock:
@@ -360,7 +385,7 @@ class Lane:
 class Sampler:
     """Counts every lane's copies until stopped; what broke the promise, as lines."""
 
-    def __init__(self, lanes: list[Lane], report: Report, every: float = 0.005) -> None:
+    def __init__(self, lanes: list[Lane], report: Report, every: float = 0.01) -> None:
         self.lanes, self.report, self.every = lanes, report, every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
@@ -396,7 +421,7 @@ class Sampler:
 
 
 def run_schedules(
-    root: Path, cgroup: Path, seed: int, count: int, lanes: int = 2, first: int = 0
+    root: Path, cgroup: Path, seed: int, count: int, lanes: int = 4, first: int = 0
 ) -> Report:
     """Schedules first..first+count-1 of `seed`, on `lanes` hosts at once."""
     report = Report()
