@@ -353,6 +353,7 @@ class StateWriter:
         self._submitted = 0
         self._written = 0
         self._failed: tuple[int, str] = (0, "")  # the last submission a failed write covered
+        self.last_error = ""  # why the last write failed; "" once one succeeded
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
         self._thread.start()
@@ -403,6 +404,7 @@ class StateWriter:
                 why = f"cannot save state to {self.store.path}: {exc.strerror or exc}"
                 log.error("%s", why)
             with self._cond:
+                self.last_error = why
                 if why:
                     self._failed = (number, why)
                 self._written = max(self._written, number)

@@ -13,6 +13,7 @@ Every agent runs inside a cgroup the test made, so copies are counted from cgrou
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -161,6 +162,8 @@ def test_a_restart_whose_pid_cannot_be_saved_is_not_made(
         said = lambda: 'code="state_unwritable"' in metrics.read_text()  # noqa: E731
         told = wait_until(said, 5)
         unsaved = _worker_copies(sandbox, tmp_path)
+        status = host.cli("status")
+        shown = json.loads(host.cli("status", "--json").stdout or "{}")
         host.kill9()
         if fault == "read-only":
             nt.unmount(host.state_dir)
@@ -173,7 +176,9 @@ def test_a_restart_whose_pid_cannot_be_saved_is_not_made(
         wait_for(lambda: started in _worker_copies(sandbox, tmp_path))
         assert _worker_copies(sandbox, tmp_path) == [started], f"unsaved restart {unsaved}"
         assert unsaved == []  # the restart was not made while its pid could not be saved
-        assert told  # metrics said why
+        assert told  # metrics said why, and status
+        assert status.returncode == 0 and "state_unwritable: cannot save state" in status.stdout
+        assert shown["stale"] and shown["state_unwritable"].startswith("state_unwritable")
         assert "worker: not started" in host.log()
     finally:
         host.close()

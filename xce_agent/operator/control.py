@@ -23,7 +23,8 @@ from xce_agent.supervision.reactor import Reactor, TimerHandle
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 4096
-COMMANDS = ("start", "stop", "restart", "reset", "reload", "stop-all")
+# "saving": whether the agent's last save of its state reached the disk (for `status`).
+COMMANDS = ("start", "stop", "restart", "reset", "reload", "stop-all", "saving")
 
 
 @dataclass(frozen=True)

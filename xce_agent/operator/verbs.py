@@ -20,6 +20,7 @@ from xce_agent.singletons.runner import fenced
 from xce_agent.supervision.machine import Phase
 from xce_agent.supervision.process import digest_of
 from xce_agent.supervision.spec import ComponentSpec
+from xce_protocol.reasons import Reason
 
 if TYPE_CHECKING:
     from xce_agent.agent import Agent
@@ -74,6 +75,10 @@ class Operator:
     def handle(self, command: str, name: str) -> Answer:
         if command == "reload":
             return self.reload()
+        if command == "saving":
+            writer = self.agent.writer
+            why = writer.last_error if writer is not None else ""
+            return Answer(not why, f"{Reason.STATE_UNWRITABLE.value}: {why}" if why else "saved")
         if command == "stop-all":
             self.agent.request_stop("xce-agent stop")
             return Answer(True, "stopping every component, then the agent")
