@@ -192,6 +192,7 @@ class Lane:
         nt.mount_small(self.state_dir, "4m")
         self.mounted.append(self.state_dir)
         self.contained, self.unit = contained, 0
+        self.killed.clear()  # pids wrap around: a new host's may be an old one's
         self.controller.set_phase("valid")
         self.write_config()
         self.start_agent()
@@ -221,6 +222,8 @@ class Lane:
                     return False
                 continue
             record = records.get(name, {})
+            if self.zero_worker and not found[name]:
+                continue  # a decommissioned host's agent, restarted, starts no role again
             if record.get("phase") != "running" or found[name] != [record.get("pid")]:
                 return False
             if found[name][0] in self.killed:
