@@ -41,8 +41,13 @@ def test_a_deferred_start_backs_off_longer_each_time_and_is_never_a_crash_loop()
     assert max(delays) == m.DEFER_MAX and state.starts == ()
     running = m.step(SPEC, state, m.Spawned(7), 2000.0).state
     assert running.phase is m.Phase.RUNNING and running.deferrals == 0
-    # A deferral that comes when no start is under way changes nothing.
-    assert m.step(SPEC, running, m.Deferred("late"), 2001.0).state == running
+    # A deferral comes only while starting; one whose start was stopped meanwhile stops.
+    with pytest.raises(m.UnexpectedEvent):
+        m.step(SPEC, running, m.Deferred("late"), 2001.0)
+    starting = m.step(SPEC, m.ComponentState(), m.Start(), 0.0).state
+    stopped = m.step(SPEC, starting, m.Stop(), 0.1).state
+    halted = m.step(SPEC, stopped, m.Deferred("disk full"), 0.2).state
+    assert halted.phase is m.Phase.STOPPED and halted.code == Reason.STATE_UNWRITABLE
 
 
 def test_start_intents_survive_the_state_file_and_bad_ones_are_dropped() -> None:

@@ -8,7 +8,6 @@ in a cookie scoped to the page's paths, so the page's event stream needs no head
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
@@ -16,42 +15,13 @@ from typing import Any, Optional
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from xce_controller.core import credentials
-from xce_controller.core import lifecycle as lc
 from xce_controller.http.events import MAX_SEQ, EventHub
 from xce_controller.http.metrics import LatencyMiddleware, Metrics
+from xce_controller.http.sessions import check_viewer
+from xce_controller.http.ui import install_ui
 from xce_controller.service import Controller
 
-COOKIE = "xce_view"
 NDJSON = "application/x-ndjson"
-
-
-def viewer_tokens(ctl: Controller) -> list[str]:
-    return [t for t in (ctl.cfg.admin_token, ctl.cfg.read_token) if t]
-
-
-def allowed(ctl: Controller, token: str) -> bool:
-    return any(credentials.same(token, t) for t in viewer_tokens(ctl))
-
-
-def session_value(token: str) -> str:
-    """What the page's cookie holds: derived from the token, so a cookie that leaks is not a
-    bearer token for the API."""
-    return hashlib.sha256(b"xce-status-page\0" + token.encode()).hexdigest()
-
-
-def signed_in(ctl: Controller, request: Request, authorization: Optional[str]) -> bool:
-    """The request carries a viewer's bearer token, or the page's cookie for one."""
-    if authorization and authorization.lower().startswith("bearer "):
-        return allowed(ctl, authorization[7:].strip())
-    cookie = request.cookies.get(COOKIE, "")
-    return any(credentials.same(cookie, session_value(t)) for t in viewer_tokens(ctl))
-
-
-def check_viewer(request: Request, authorization: Optional[str]) -> None:
-    ctl: Controller = request.app.state.controller
-    if not signed_in(ctl, request, authorization):
-        raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
 
 
 def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
@@ -85,8 +55,6 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
         """Committed facts as newline-delimited JSON, oldest first; with `follow`, each new
         one as it is committed (an idle stream sends a blank line every 15 s)."""
         return StreamingResponse(_ndjson(hub, since, host, follow), media_type=NDJSON)
-
-    from xce_controller.http.ui import install_ui
 
     install_ui(app, ctl, hub)
 

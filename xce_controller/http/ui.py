@@ -20,6 +20,7 @@ from xce_controller.core.model import Host
 from xce_controller.core.story import story
 from xce_controller.http import ui_render as r
 from xce_controller.http.events import MAX_SEQ, EventHub
+from xce_controller.http.sessions import COOKIE, allowed, session_value, signed_in
 from xce_controller.service import Controller
 
 # The page's own script and style only; nothing inline, nothing from elsewhere.
@@ -40,8 +41,6 @@ def view(ctl: Controller, host: Host) -> dict[str, Any]:
 
 
 def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
-    from xce_controller.http.observe import COOKIE, allowed, session_value, signed_in
-
     def html(text: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(text, status_code=status, headers=HEADERS)
 
