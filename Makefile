@@ -46,7 +46,7 @@ $(BENCH_VENV)/bin/supervisord: | system-deps
 bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m bench
 
-# The never-two checker at length (tests/integration/test_lease_checker.py runs 100 schedules
+# The lease checker at length (tests/integration/test_lease_checker.py runs 100 schedules
 # in `make test`); SCHEDULES=N changes the count. Its figures are in the README.
 SCHEDULES ?= 500
 lease-soak: $(STAMP)
