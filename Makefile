@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench lease-soak never-two-soak clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak never-two-soak clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml | system-deps
 	touch $@
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check xce_protocol xce_agent xce_controller tests bench packaging/python
-	$(VENV)/bin/ruff format --check xce_protocol xce_agent xce_controller tests bench packaging/python
+	$(VENV)/bin/ruff check xce_protocol xce_agent xce_controller xce_provisioner tests bench packaging/python
+	$(VENV)/bin/ruff format --check xce_protocol xce_agent xce_controller xce_provisioner tests bench packaging/python
 	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
@@ -35,6 +35,10 @@ test: lint typecheck $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/xce-agent demo
+
+# The on-premise story: a Redfish emulator, xce-provisioner powering a machine on and off.
+demo-onprem: $(STAMP)
+	$(VENV)/bin/xce-controller demo --onprem
 
 BENCH_VENV := bench/.venv
 
@@ -60,11 +64,13 @@ never-two-soak: $(STAMP)
 
 # What the end-to-end test (real systemd + cloud-init in systemd-nspawn), the packaging
 # checks, the metrics checks (promtool, from prometheus), the status page's browser test
-# (chromium, chromium-driver) and the load-balancer test (haproxy) need; without them
-# `make test` skips those tests and says why.
+# (chromium, chromium-driver), the load-balancer test (haproxy) and the PostgreSQL store's tests
+# (postgresql, and faketime for a replica with a wrong clock) need; without them `make test`
+# skips those tests and says why.
 E2E_DEBS := debootstrap systemd-container zstd debhelper dh-python pybuild-plugin-pyproject \
 	python3-all python3-setuptools lintian rpm rpmlint cpio python3-installer python3-pip \
-	python3-wheel prometheus chromium chromium-driver haproxy
+	python3-wheel prometheus chromium chromium-driver haproxy postgresql faketime python3-click \
+	python3-yaml python3-requests python3-psutil zsh fish groff-base
 e2e-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \

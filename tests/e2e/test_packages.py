@@ -1,8 +1,9 @@
 """The .debs and the RPMs build from this tree, pass lintian and rpmlint, and each carries
-exactly its own product: python3-xce-protocol, xce-agent, xce-controller."""
+exactly its own product: python3-xce-protocol, xce-agent, xce-controller, xce-provisioner."""
 
 from __future__ import annotations
 
+import gzip
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_OF = {"xce_protocol": "python3-xce-protocol", "xce_agent": "xce-agent"}
 PACKAGE_OF["xce_controller"] = "xce-controller"
+PACKAGE_OF["xce_provisioner"] = "xce-provisioner"
 
 
 def need(*tools: str) -> pytest.MarkDecorator:
@@ -32,6 +34,11 @@ def _built(script: str, out: Path) -> dict[str, str]:
     return {re.sub(r"[_-]\d.*$", "", Path(p).name): p for p in paths}
 
 
+def _unpacked(deb: str, where: Path) -> Path:
+    subprocess.run(["dpkg-deb", "-x", deb, str(where)], check=True)
+    return where
+
+
 def _packages_in(files: str) -> set[str]:
     """Which of the three import packages a file list holds modules of."""
     return {name for name in PACKAGE_OF if re.search(rf"/{name}/\S*\.py\b", files)}
@@ -40,7 +47,7 @@ def _packages_in(files: str) -> set[str]:
 @need("dpkg-buildpackage", "lintian")
 def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) -> None:
     debs = _built("build-deb.sh", tmp_path)
-    assert set(debs) == {"python3-xce-protocol", "xce-agent", "xce-controller"}
+    assert set(debs) == {"python3-xce-protocol", "xce-agent", "xce-controller", "xce-provisioner"}
     depends = {name: _run("dpkg-deb", "-f", deb, "Depends") for name, deb in debs.items()}
     for package in ("python3-click", "python3-yaml", "python3-psutil", "python3-requests"):
         assert package in depends["xce-agent"]
@@ -51,11 +58,29 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
     )
     for package in ("python3-fastapi", "python3-pydantic", "python3-uvicorn"):
         assert package in depends["xce-controller"]
+    assert "python3-sushy" in depends["xce-provisioner"]
+    assert "python3-xce-protocol (= 0.2.0)" in depends["xce-provisioner"]
     files = {name: _run("dpkg-deb", "-c", deb) for name, deb in debs.items()}
     for name, listing in files.items():
         assert {PACKAGE_OF[p] for p in _packages_in(listing)} == {name}, name
     assert "lib/systemd/system/xce-agent.service" in files["xce-agent"]
     assert "usr/share/man/man1/xce-agent.1.gz" in files["xce-agent"]
+    for package, command in (
+        ("xce-agent", "xce-agent"),
+        ("xce-controller", "xce-controller"),
+        ("xce-controller", "xcecli"),
+    ):
+        assert f"usr/share/man/man1/{command}.1.gz" in files[package]
+        for where in (
+            f"usr/share/bash-completion/completions/{command}",
+            f"usr/share/zsh/vendor-completions/_{command}",
+            f"usr/share/fish/vendor_completions.d/{command}.fish",
+        ):
+            assert where in files[package], where
+    page = _unpacked(debs["xce-controller"], tmp_path / "ctl") / "usr/share/man/man1/xcecli.1.gz"
+    roff = gzip.decompress(page.read_bytes()).decode()
+    for verb in ("why", "events", "leases", "templates", "cancel", "decommission"):
+        assert f".B xcecli {verb} " in roff, verb
     assert "./usr/bin/xce-agent" in files["xce-agent"] and "xcecli" not in files["xce-agent"]
     for path in (
         "lib/systemd/system/xce-controller.service",
@@ -65,6 +90,8 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
         "xce_controller-0.2.0.dist-info/RECORD",
     ):
         assert path in files["xce-controller"]
+    assert "./usr/bin/xce-provisioner" in files["xce-provisioner"]
+    assert "usr/share/man/man1/xce-provisioner.1.gz" in files["xce-provisioner"]
     scripts = _run("dpkg-deb", "-I", debs["xce-agent"], "prerm")
     assert 'if [ "$1" = "remove" ]' in scripts and "xce-agent stop" in scripts
     changes = next(tmp_path.glob("*.changes"))
@@ -79,7 +106,7 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
 @need("rpmbuild", "rpmlint")
 def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Path) -> None:
     rpms = _built("build-rpm.sh", tmp_path)
-    assert set(rpms) == {"python3-xce-protocol", "xce-agent", "xce-controller"}
+    assert set(rpms) == {"python3-xce-protocol", "xce-agent", "xce-controller", "xce-provisioner"}
     requires = {n: _run("rpm", "-qp", "--requires", r).splitlines() for n, r in rpms.items()}
     for name in rpms:
         assert "python(abi) = 3.9" in requires[name], requires[name]
@@ -96,6 +123,7 @@ def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Pa
         assert package in requires["xce-agent"]
     assert not [r for r in requires["xce-agent"] if "fastapi" in r]
     assert "python3-fastapi >= 0.92" in requires["xce-controller"]
+    assert "python3-sushy >= 4.3" in requires["xce-provisioner"]
     files = {name: _run("rpm", "-qpl", rpm) for name, rpm in rpms.items()}
     for name, listing in files.items():
         assert {PACKAGE_OF[p] for p in _packages_in(listing)} == {name}, name
@@ -103,6 +131,11 @@ def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Pa
     assert "/usr/lib/systemd/system/xce-agent.service" in files["xce-agent"]
     assert "/var/lib/xce-agent" in files["xce-agent"]
     assert "/usr/lib/systemd/system/xce-controller.service" in files["xce-controller"]
+    for name in ("xce-controller", "xcecli"):
+        assert f"/usr/share/man/man1/{name}.1.gz" in files["xce-controller"]
+        assert f"/usr/share/bash-completion/completions/{name}" in files["xce-controller"]
+        assert f"/usr/share/zsh/site-functions/_{name}" in files["xce-controller"]
+        assert f"/usr/share/fish/vendor_completions.d/{name}.fish" in files["xce-controller"]
     unpacked = tmp_path / "unpacked"
     unpacked.mkdir()
     archive = subprocess.run(["rpm2cpio", rpms["xce-agent"]], capture_output=True, check=True)

@@ -10,6 +10,7 @@ end, and changed ones restarted (only when what they run changed).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -56,6 +57,9 @@ class AgentSide(Protocol):
     def save_error(self) -> str:
         """Why the last save of the state failed; "" once one succeeded."""
         ...
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,7 @@ class Operator:
         message = "config reloaded: " + (plan.describe() or "no component changed")
         if ignored:
             message += f"; {', '.join(ignored)} changed: restart the agent to apply"
+        log.info("%s", message)  # whichever way it came (socket, SIGHUP): the journal says what
         return Answer(True, message)
 
     def _start_added(self, spec: ComponentSpec) -> None:

@@ -57,6 +57,7 @@ class JoinRequest:
     boot_id: str = ""
     roles: tuple[str, ...] = ()
     resources: dict[str, Any] = field(default_factory=dict)
+    agent_version: str = ""  # "" from an agent too old to say
     token: str = ""  # the bearer: a join token or the host credential of an earlier join
     issue: str = ""  # the sealed host credential this join hands out when accepted
     issue_worker: str = ""  # the sealed worker credential it hands out
@@ -102,8 +103,13 @@ def expect(
     if template not in cfg.templates:
         known = ", ".join(sorted(cfg.templates))
         raise Refused("unknown_template", 404, f"unknown template {template!r} (known: {known})")
-    if instance_id in cluster.hosts:
-        raise Refused("duplicate", 409, f"instance {instance_id} is already recorded")
+    before = cluster.hosts.get(instance_id)
+    if before is not None and before.state is not HostState.RETURNED:
+        # A returned instance may be expected again (a machine powered on once more): a new
+        # life of the same record, its history kept (facts._fresh). Anything else is a repeat.
+        raise Refused(
+            "duplicate", 409, f"instance {instance_id} is already recorded ({before.state.value})"
+        )
     when = deadline if deadline is not None else now + cfg.join_deadline
     return [
         fact(
