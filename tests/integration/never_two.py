@@ -41,13 +41,13 @@ def remove_tree(path: Path) -> None:
     deadline = time.monotonic() + 10
     while procs_below(path) and time.monotonic() < deadline:
         time.sleep(0.01)  # the killed are on their way out; a populated cgroup stays
-    for child in children:
-        with contextlib.suppress(OSError):
-            child.rmdir()
-    with contextlib.suppress(OSError):
-        (path / "cgroup.kill").write_text("1")
-    with contextlib.suppress(OSError):
-        path.rmdir()
+    # A cgroup whose last process just left may refuse its removal (EBUSY) for a moment.
+    for cgroup in [*children, path]:
+        while cgroup.exists() and time.monotonic() < deadline:
+            try:
+                cgroup.rmdir()
+            except OSError:
+                time.sleep(0.01)
 
 
 def procs(cgroup: Path) -> list[int]:
