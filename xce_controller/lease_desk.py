@@ -3,6 +3,11 @@
 Owns the lease book. Expiries run on the monotonic clock, so a wall-clock step can neither
 hand a lease out early nor keep it forever; grants and releases are committed (fsync) with
 their facts before the answer leaves, so a fencing token is never handed out twice.
+On a shared store (several replicas, docs/ha.md) the book is the store's: each decision is
+taken under the lease's row lock on the database's clock, and the expiry is stored in the row,
+so every replica sees the same holder, the same token and the same renewals; `monotonic` is
+then the service's shared clock (the database's, advanced locally), and the book held here is
+a copy refreshed on every decision and listing.
 Watchers (the metrics) hear of what was stored, of renewals, and of each grant that ran out
 unreleased, once, when a request, a listing or a scrape first finds it expired.
 """
@@ -12,12 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from xce_controller.core import leases
 from xce_controller.core.lifecycle import Refused
 from xce_controller.core.model import Fact
-from xce_controller.store.base import Store
+from xce_controller.store.base import SharedStore, Store
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +50,25 @@ class LeaseDesk:
         self.monotonic = monotonic
         self.wall = wall
         self.started = monotonic()
-        self.book = leases.restored(stored(store).leases.values(), self.started)
+        self.shared = store.shared
+        if self.shared:  # the stored expiries are on the database's clock, as `monotonic`
+            self.book = shared_book(store)
+        else:
+            self.book = leases.restored(stored(store).leases.values(), self.started)
         self.watchers: list[LeaseWatcher] = []
         self.on_commit: list[Callable[[list[Fact]], None]] = []  # stored facts (events stream)
         self._told: dict[str, int] = {}  # lease -> the token whose expiry watchers heard of
 
     def _step(self, event: leases.Event) -> leases.Lease:
-        now = self.monotonic()
-        self._notice_expiries(now)
-        book, facts, answer = leases.step(self.book, event, now)
-        if facts:
-            rows = [leases.to_row(book.get(str(f.data["lease"]))) for f in facts]
-            self.store.commit_leases(facts, rows)
+        if self.shared:
+            book, facts, answer, now = self._step_shared(event)
+        else:
+            now = self.monotonic()
+            self._notice_expiries(now)
+            book, facts, answer = leases.step(self.book, event, now)
+            if facts:
+                rows = [leases.to_row(book.get(str(f.data["lease"]))) for f in facts]
+                self.store.commit_leases(facts, rows)
         self.book = book
         if facts:
             for listener in self.on_commit:
@@ -69,11 +82,40 @@ class LeaseDesk:
             raise _busy(answer, now)
         return answer.lease
 
+    def _step_shared(
+        self, event: leases.Event
+    ) -> tuple[leases.Book, list[Fact], leases.Answer, float]:
+        """The decision taken in the store's transaction, under the lease's row lock."""
+        out: list[tuple[leases.Lease, list[Fact], leases.Answer, float]] = []
+
+        def decide(
+            row: dict[str, Any] | None, now: float
+        ) -> tuple[list[Fact], dict[str, Any] | None]:
+            lease = _from_shared_row(row) if row else leases.Lease(event.name)
+            after, facts, answer = leases.step(leases.Book({event.name: lease}), event, now)
+            new = after.get(event.name)
+            out[:] = [(new, facts, answer, now)]
+            if isinstance(answer, leases.Busy) or new.token == 0 or new == lease:
+                return facts, None
+            return facts, {**leases.to_row(new), "expires": new.expires}
+
+        cast_store: SharedStore = self.store  # type: ignore[assignment]
+        cast_store.lease_step(event.name, decide)
+        new, facts, answer, now = out[0]
+        book = self.book.put(new) if new.token else self.book
+        self._notice_expiries(now, book)
+        return book, facts, answer, now
+
+    def refresh(self) -> None:
+        """On a shared store: the book as the store has it now (other replicas' decisions)."""
+        if self.shared:
+            self.book = shared_book(self.store)
+
     def notice_expiries(self) -> None:
         self._notice_expiries(self.monotonic())
 
-    def _notice_expiries(self, now: float) -> None:
-        for lease in leases.expired(self.book, now):
+    def _notice_expiries(self, now: float, book: leases.Book | None = None) -> None:
+        for lease in leases.expired(book or self.book, now):
             if self._told.get(lease.name) != lease.token:
                 self._told[lease.name] = lease.token
                 for watcher in self.watchers:
@@ -83,6 +125,8 @@ class LeaseDesk:
         self, name: str, host: str, session: str, ttl: float, key: str = ""
     ) -> leases.Lease:
         _check_name(name)
+        if name not in self.book.leases and self.shared:
+            self.refresh()
         if name not in self.book.leases and len(self.book.leases) >= MAX_LEASES:
             raise Refused(
                 "lease_limit",
@@ -113,7 +157,13 @@ class LeaseDesk:
             "last_holder": lease.last_host or lease.host,
         }
 
+    def current(self, name: str) -> leases.Lease:
+        """A lease as it now stands (on a shared store, as the store has it)."""
+        self.refresh()
+        return self.book.get(name)
+
     def listing(self) -> list[dict[str, Any]]:
+        self.refresh()
         self.notice_expiries()
         return [self.describe(self.book.leases[n]) for n in sorted(self.book.leases)]
 
@@ -128,6 +178,21 @@ def stored(store: Store) -> leases.Book:
             "lease rows unreadable (%s: %s): rebuilt from the lease facts", type(exc).__name__, exc
         )
         return leases.replay(store.lease_facts())
+
+
+def shared_book(store: Store) -> leases.Book:
+    """The leases of a shared store with their stored expiries (database clock)."""
+    try:
+        return leases.Book({le.name: le for le in map(_from_shared_row, store.leases())})
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        # A damaged row: every lease held for one TTL from now, as after a restart.
+        log.warning("lease rows unreadable (%s: %s)", type(exc).__name__, exc)
+        return leases.replay(store.lease_facts())
+
+
+def _from_shared_row(row: dict[str, Any]) -> leases.Lease:
+    lease = leases.from_row(row)
+    return replace(lease, expires=float(row.get("expires", 0.0)) if lease.held else 0.0)
 
 
 def _check_name(name: str) -> None:

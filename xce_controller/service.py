@@ -86,7 +86,8 @@ class Controller:
         if problems:
             raise ConfigError(problems)
         self.cfg = cfg
-        self.leases = LeaseDesk(store)
+        # On a shared store the stored expiries are on the database's clock.
+        self.leases = LeaseDesk(store, self.clock) if store.shared else LeaseDesk(store)
         # Time the controller was down does not count against hosts (lifecycle.heard_from).
         self.alive_since = self.clock()
         self.reports: dict[str, dict[str, Any]] = store.reports()
@@ -568,7 +569,7 @@ class Controller:
     def power_step(self, by: str, report: power.PowerReport) -> Host:
         """Record a provisioner's power step (core/power.py), fenced by its lease."""
         if report.lease:
-            held = self.leases.book.get(report.lease)
+            held = self.leases.current(report.lease)
             power.check_lease(report, held.token, held.live(self.leases.monotonic()))
         self.commit(power.report(self.cluster, self.clock(), by, report))
         found = self.cluster.by_instance(report.instance_id)

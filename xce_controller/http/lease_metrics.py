@@ -33,6 +33,7 @@ class LeaseCollector:
         return []  # computed per scrape
 
     def collect(self) -> Iterable[Metric]:
+        self.desk.refresh()  # a shared store: what every replica decided
         self.desk.notice_expiries()
         now = self.desk.monotonic()
         book = self.desk.book.leases

@@ -108,6 +108,13 @@ class SharedStore(Store, Protocol):
     def db_time(self) -> float:
         """The database's clock, seconds since the epoch."""
 
+    def lease_step(
+        self,
+        name: str,
+        decide: Callable[[dict[str, Any] | None, float], tuple[list[Fact], dict[str, Any] | None]],
+    ) -> None:
+        """One lease decided under its row lock on the database's clock (postgres.py)."""
+
     def listen(self, told: Callable[[int | None], None], poll: float) -> Any:
         """A started Listening that calls `told(head)` on each commit anywhere, and
         `told(None)` every `poll` seconds (from its own thread)."""

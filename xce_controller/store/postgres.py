@@ -247,7 +247,8 @@ class PgStore:
 
     # --- leases -------------------------------------------------------------------------
     def leases(self) -> list[dict[str, Any]]:
-        return [json.loads(data) for (data,) in self._rows("SELECT data FROM leases")]
+        rows = self._rows("SELECT data FROM leases WHERE data <> '{}'")
+        return [json.loads(data) for (data,) in rows]
 
     def lease_facts(self) -> list[Fact]:
         rows = self._rows(
@@ -265,6 +266,40 @@ class PgStore:
                 "ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data",
                 lease_rows,
             )
+
+    def lease_step(
+        self,
+        name: str,
+        decide: Callable[[dict[str, Any] | None, float], tuple[list[Fact], dict[str, Any] | None]],
+    ) -> None:
+        """Decide on one lease under its row lock, on the database's clock, and store the
+        outcome (its facts and its row, expiry included) in the same transaction: every
+        replica then sees one holder and one token. `decide(row, now)` gets the stored row
+        (None: never granted) and gives the facts and the new row (None: nothing to write)."""
+        with self._tx() as cur:
+            # A placeholder row gives the first grant a row to lock as well.
+            cur.execute(
+                "INSERT INTO leases (name, data) VALUES (%s, '{}') ON CONFLICT (name) DO NOTHING",
+                (name,),
+            )
+            cur.execute(
+                "SELECT data, extract(epoch FROM clock_timestamp()) FROM leases "
+                "WHERE name = %s FOR UPDATE",
+                (name,),
+            )
+            found = cur.fetchone()
+            assert found is not None  # inserted or locked just above
+            row = json.loads(found[0]) or None
+            facts, new = decide(row, float(found[1]))
+            if facts:
+                self._append(cur, facts, None)
+            if new is None:
+                cur.execute("DELETE FROM leases WHERE name = %s AND data = '{}'", (name,))
+            else:
+                cur.execute(
+                    "UPDATE leases SET data = %s WHERE name = %s",
+                    (json.dumps(new, sort_keys=True), name),
+                )
 
     # --- beside the facts ---------------------------------------------------------------
     def save_seen(self, seen: dict[str, float]) -> None:
