@@ -18,7 +18,7 @@ from typing import Any
 
 from xce_controller import collector
 from xce_controller.clock import SteadyClock
-from xce_controller.core import crash, credentials, deadlines, joining, notices
+from xce_controller.core import crash, credentials, deadlines, joining, notices, tokens
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig
@@ -48,15 +48,16 @@ class Controller:
         # (`xce-controller serve` keeps it next to the database for xcecli and later runs).
         self.generated_token = not cfg.admin_token
         if self.generated_token:
-            cfg = replace(cfg, admin_token=secrets.token_urlsafe(24))
+            cfg = tokens.with_token(cfg, "admin", secrets.token_urlsafe(24), generated=True)
         # Joins always need a token too: without a cluster join token, one is made.
         self.generated_join_token = not cfg.join_token
         if self.generated_join_token:
-            cfg = replace(cfg, join_token=secrets.token_urlsafe(24))
+            cfg = tokens.with_token(cfg, "join", secrets.token_urlsafe(24), generated=True)
         self.store = store
         self.clock = clock or SteadyClock()  # a stepped wall clock moves no interval
         self.cluster, self.seen = store.load()
         problems = lc.template_problems(self.cluster, cfg)
+        problems += tokens.problems(cfg, self.cluster.hosts.values())
         if problems:
             raise ConfigError(problems)
         self.cfg = cfg
@@ -254,15 +255,13 @@ class Controller:
         except ConfigError as exc:
             problems = list(exc.problems)
         else:
+            cfg = self._keep_generated(cfg)
             problems = lc.template_problems(self.cluster, cfg)
+            problems += tokens.problems(cfg, self.cluster.hosts.values())
         if problems:
             for problem in problems:
                 log.error("config not reloaded, keeping the running one: %s", problem)
             return problems
-        if not cfg.admin_token:
-            cfg = replace(cfg, admin_token=self.cfg.admin_token)
-        if not cfg.join_token:
-            cfg = replace(cfg, join_token=self.cfg.join_token)
         self.cfg = cfg
         for key in self.cluster.hosts:
             self._schedule(key)
@@ -273,6 +272,14 @@ class Controller:
             with contextlib.suppress(StorageUnavailable):  # logged; the next change retries
                 self.commit(placed)
         return []
+
+    def _keep_generated(self, cfg: ClusterConfig) -> ClusterConfig:
+        """A reloaded config without an admin or join token keeps the running one."""
+        for role in ("admin", "join"):
+            if not tokens.of(cfg)[role]:
+                made = role in self.cfg.generated_tokens
+                cfg = tokens.with_token(cfg, role, tokens.of(self.cfg)[role], made)
+        return cfg
 
     # --- agents -----------------------------------------------------------------------
     def join(self, req: lc.JoinRequest) -> tuple[Host, str, str]:

@@ -66,11 +66,12 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
     try:
         if not cfg.admin_token:
             step = f"cannot keep the admin token in {token_file(db)}"
-            cfg = replace(cfg, admin_token=stable_admin_token(db))
+            cfg = replace(cfg, admin_token=stable_admin_token(db), generated_tokens=("admin",))
             click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
         if not cfg.join_token:  # joins always need one: the cluster's, kept like the admin's
             step = f"cannot keep the join token in {token_file(db, 'join')}"
-            cfg = replace(cfg, join_token=stable_token(db, "join"))
+            made = (*cfg.generated_tokens, "join")
+            cfg = replace(cfg, join_token=stable_token(db, "join"), generated_tokens=made)
             click.echo(f"xce-controller: join token in {token_file(db, 'join')}", err=True)
         step = f"cannot listen on {listen}"
         raise_open_files()  # systemd's 1024 is about a thousand agents' watches
