@@ -18,7 +18,7 @@ from typing import Any
 
 from xce_controller import collector
 from xce_controller.clock import SteadyClock
-from xce_controller.core import crash, credentials, deadlines, joining, notices, tokens
+from xce_controller.core import addressing, crash, credentials, deadlines, joining, notices, tokens
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig
@@ -28,7 +28,6 @@ from xce_controller.core.model import JOINED, TERMINAL, AdminAction, Fact, Host,
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
 from xce_controller.store.sqlite import StorageUnavailable, Store
-from xce_protocol import names
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice
 
@@ -397,10 +396,8 @@ class Controller:
 
     # --- admin ------------------------------------------------------------------------
     def find_host(self, name: str) -> Host:
-        host = self.cluster.host_by_name(name) if names.is_host_name(name) else None
-        if host is None:
-            raise lc.Refused("not_found", 404, f"no host {name}")
-        return host
+        """The record `name` means: a host name, an instance id or an expected address."""
+        return addressing.resolve(self.cluster, name)
 
     def cancel(self, job_id: int, by: str) -> None:
         self.commit(jobmodel.cancel(self.cluster, self.clock(), by, job_id))

@@ -71,7 +71,9 @@ class Reason(str, enum.Enum):
     REFUSED_RATE_LIMITED = "refused_rate_limited"
     REFUSED_STORAGE_UNAVAILABLE = "refused_storage_unavailable"
     REFUSED_LEASE_HELD = "refused_lease_held"  # another holder has the lease until it expires
-    REFUSED_LEASE_LIMIT = "refused_lease_limit"  # a new lease, and the controller keeps 256
+    REFUSED_LEASE_LIMIT = "refused_lease_limit"  # a new lease, and the controller keeps its most
+    REFUSED_LEASE_HOST_LIMIT = "refused_lease_host_limit"  # a new lease, and the host has its most
+    REFUSED_AMBIGUOUS = "refused_ambiguous"  # a host reference that fits several records
     REFUSED_OTHER = "refused_other"  # a refusal kind newer than this catalogue
     # --- components on the host (agent) ---------------------------------------------------
     COMPONENT_STARTED = "component_started"  # started on request (boot, join, operator)

@@ -262,6 +262,10 @@ def control(
                 f"cannot {action.value} host {host.name or host.key}: it is {host.state.value}",
             )
         state = HostState.OPEN if action is AdminAction.OPEN else HostState.CLOSED
+        reason = why or f"{action.done} by {by}"
+        last = host.history[-1] if host.history else None
+        if host.state is state and last is not None and (last.by, last.why) == (by, reason):
+            return []  # asked again: nothing changes, so nothing is recorded
         code = Reason.ADMIN_OPENED if action is AdminAction.OPEN else Reason.ADMIN_CLOSED
         return [
             fact(
@@ -270,7 +274,7 @@ def control(
                 by,
                 key=host.key,
                 state=state.value,
-                why=why or f"{action.done} by {by}",
+                why=reason,
                 code=code,
             )
         ]

@@ -1,0 +1,67 @@
+"""Which record an admin means: by host name, instance id or expected address.
+
+An expected instance recorded without a name has none until it joins, so it must be reached
+by its instance id or its expected address (a leaked per-instance join token is revoked by
+decommissioning the record it belongs to). A reference that fits more than one live record is
+refused with the candidates listed, never guessed.
+"""
+
+from __future__ import annotations
+
+from xce_controller.core.lifecycle import Refused
+from xce_controller.core.model import TERMINAL, Cluster, Host
+from xce_protocol import names
+
+SHOWN = 10  # candidates listed in an ambiguous answer
+
+
+def candidates(cluster: Cluster, ref: str) -> list[Host]:
+    """Every record `ref` may mean, live ones first, each once."""
+    found: dict[str, Host] = {}
+    if names.is_host_name(ref):
+        host = cluster.host_by_name(ref)
+        if host is not None:
+            found[host.key] = host
+    if names.is_instance_id(ref):
+        host = cluster.by_instance(ref)
+        if host is not None:
+            found.setdefault(host.key, host)
+    if ref and len(ref) <= 64:
+        for host in cluster.hosts.values():
+            if host.expected_address == ref:
+                found.setdefault(host.key, host)
+    every = list(found.values())
+    live = [h for h in every if h.state not in TERMINAL]
+    return live or _latest(every)
+
+
+def _latest(hosts: list[Host]) -> list[Host]:
+    """Of records that all left the cluster, the one that left last (a reused address)."""
+    if len(hosts) <= 1:
+        return hosts
+    return [max(hosts, key=lambda h: h.history[-1].at if h.history else 0.0)]
+
+
+def resolve(cluster: Cluster, ref: str) -> Host:
+    """The one record `ref` means; Refused 404 for none, 409 (with the candidates) for more."""
+    found = candidates(cluster, ref)
+    if not found:
+        raise Refused("not_found", 404, f"no host {ref[:80]}")
+    if len(found) > 1:
+        shown = ", ".join(describe(h) for h in found[:SHOWN])
+        more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        raise Refused(
+            "ambiguous",
+            409,
+            f"{ref[:80]} may mean {len(found)} hosts: {shown}{more}; name one by its instance id",
+            candidates=[
+                {"host": h.name or h.expected_name, "instance_id": h.instance_id, "key": h.key}
+                for h in found[:SHOWN]
+            ],
+        )
+    return found[0]
+
+
+def describe(host: Host) -> str:
+    name = host.name or host.expected_name or "-"
+    return f"{name} (instance {host.instance_id or '-'}, {host.state.value})"
