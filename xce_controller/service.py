@@ -28,6 +28,7 @@ from xce_controller.core.model import JOINED, TERMINAL, AdminAction, Fact, Host,
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
 from xce_controller.store.sqlite import StorageUnavailable, Store
+from xce_controller.watch_expiry import Expiries
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice
 
@@ -68,6 +69,7 @@ class Controller:
         self.host_version: dict[str, int] = dict.fromkeys(self.cluster.hosts, base)
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.timers = Timers()
+        self.expiries = Expiries()  # when held watches end (watch_expiry.py)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._armed: float | None = None
@@ -240,6 +242,7 @@ class Controller:
         for handle in (self._handle, self._freezer):
             if handle is not None:
                 handle.cancel()
+        self.expiries.close()
         self._loop = None
         try:
             self.store.save_seen(self.seen)  # for display after a restart; never decides
@@ -364,14 +367,14 @@ class Controller:
         return host
 
     async def watch(self, host: Host, since: int, timeout: float) -> Host:
-        """Return once the host changed after version `since`, or at the timeout."""
+        """Return once the host changed after version `since`, or when its hold ends (a
+        random share of `timeout`: watch_expiry.py)."""
         if self.host_version.get(host.key, 0) <= since and timeout > 0 and not self._released:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(host.key, []).append(fut)
+            self.expiries.add(fut, self.expiries.hold(timeout))  # watch_expiry.py
             try:
-                await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                pass
+                await fut
             finally:
                 waiters = self._waiters.get(host.key)
                 if waiters and fut in waiters:
