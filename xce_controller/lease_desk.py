@@ -17,14 +17,18 @@ from typing import Any, Protocol
 from xce_controller.core import leases
 from xce_controller.core.lifecycle import Refused
 from xce_controller.core.model import Fact
-from xce_controller.store.sqlite import Store
+from xce_controller.store.sqlite import StorageUnavailable, Store
 
 log = logging.getLogger(__name__)
 
-# Every lease ever granted stays (its token must never repeat): a row, its facts and its metric
-# series. A cluster needs a few (the provisioner's); any host credential could otherwise create
-# new names without end.
-MAX_LEASES = 256
+# A lease is a row, its facts and its metric series. A cluster needs a few (the
+# provisioner's); any host credential could otherwise create new names without end. So each
+# host may hold (or have held last) a few names, the whole cluster a bounded number, and a
+# name no one held for the retention is forgotten (its token kept in the book's floor, so a
+# name taken again never repeats a token).
+MAX_LEASES = 1024
+MAX_LEASES_PER_HOST = 16
+LEASE_RETENTION = 3600.0  # seconds
 
 
 class LeaseWatcher(Protocol):
@@ -44,7 +48,9 @@ class LeaseDesk:
         self.monotonic = monotonic
         self.wall = wall
         self.started = monotonic()
-        self.book = leases.restored(stored(store).leases.values(), self.started)
+        book = stored(store)
+        floor = max(book.floor, store.lease_floor())
+        self.book = leases.restored(book.leases.values(), self.started, floor)
         self.watchers: list[LeaseWatcher] = []
         self.on_commit: list[Callable[[list[Fact]], None]] = []  # stored facts (events stream)
         self._told: dict[str, int] = {}  # lease -> the token whose expiry watchers heard of
@@ -58,16 +64,31 @@ class LeaseDesk:
             self.store.commit_leases(facts, rows)
         self.book = book
         if facts:
-            for listener in self.on_commit:
-                listener(facts)
-        for watcher in self.watchers:
-            if facts:
-                watcher.committed(facts)
-            elif isinstance(event, leases.Acquire) and isinstance(answer, leases.Held):
+            self._told_of(facts)
+        elif isinstance(event, leases.Acquire) and isinstance(answer, leases.Held):
+            for watcher in self.watchers:
                 watcher.renewed(answer.lease)
         if isinstance(answer, leases.Busy):
             raise _busy(answer, now)
         return answer.lease
+
+    def _told_of(self, facts: list[Fact]) -> None:
+        for listener in self.on_commit:
+            listener(facts)
+        for watcher in self.watchers:
+            watcher.committed(facts)
+
+    def forget_stale(self) -> None:
+        """Forget the names no one held for LEASE_RETENTION (stored before they go)."""
+        stale = [le.name for le in leases.stale(self.book, self.monotonic(), LEASE_RETENTION)]
+        if not stale:
+            return
+        book, facts = leases.forget(self.book, stale, self.wall())
+        self.store.commit_leases(facts, [], forgotten=stale, floor=book.floor)
+        self.book = book
+        for name in stale:
+            self._told.pop(name, None)
+        self._told_of(facts)
 
     def notice_expiries(self) -> None:
         self._notice_expiries(self.monotonic())
@@ -83,13 +104,31 @@ class LeaseDesk:
         self, name: str, host: str, session: str, ttl: float, key: str = ""
     ) -> leases.Lease:
         _check_name(name)
-        if name not in self.book.leases and len(self.book.leases) >= MAX_LEASES:
+        if name not in self.book.leases:
+            self._room_for(name, host)
+        return self._step(leases.Acquire(name, host, session, ttl, self.wall(), key))
+
+    def _room_for(self, name: str, host: str) -> None:
+        """A new name: within the host's bound and the controller's, after forgetting the
+        stale ones; Refused otherwise."""
+        self.forget_stale()
+        if self.book.names_of(host) >= MAX_LEASES_PER_HOST:
+            raise Refused(
+                "lease_host_limit",
+                409,
+                f"host {host} holds or last held {MAX_LEASES_PER_HOST} leases, the most a "
+                f"host may; {name} would be a new one (a name no one holds for "
+                f"{LEASE_RETENTION:g}s is forgotten)",
+                limit=MAX_LEASES_PER_HOST,
+            )
+        if len(self.book.leases) >= MAX_LEASES:
             raise Refused(
                 "lease_limit",
                 409,
-                f"the controller keeps at most {MAX_LEASES} leases, and {name} would be a new one",
+                f"the controller keeps at most {MAX_LEASES} leases, and {name} would be a new "
+                f"one (a name no one holds for {LEASE_RETENTION:g}s is forgotten)",
+                limit=MAX_LEASES,
             )
-        return self._step(leases.Acquire(name, host, session, ttl, self.wall(), key))
 
     def release(self, name: str, host: str, session: str, key: str = "") -> leases.Lease:
         _check_name(name)
@@ -115,6 +154,10 @@ class LeaseDesk:
 
     def listing(self) -> list[dict[str, Any]]:
         self.notice_expiries()
+        try:
+            self.forget_stale()
+        except StorageUnavailable as exc:  # shown as they are; the next new name tries again
+            log.warning("stale leases not forgotten: %s", exc.cause)
         return [self.describe(self.book.leases[n]) for n in sorted(self.book.leases)]
 
 

@@ -97,6 +97,7 @@ class Reason(str, enum.Enum):
     LEASE_TAKEN_OVER = "lease_taken_over"  # granted to a new holder: the last one's expired
     LEASE_REGRANTED = "lease_regranted"  # granted again to a holder whose own grant expired
     LEASE_RELEASED = "lease_released"  # its holder gave it back
+    LEASE_FORGOTTEN = "lease_forgotten"  # no one held it for the retention: its name is free
     LEASE_EXPIRED = "lease_expired"  # a grant ran out without a renewal or a release
     LEASE_WANTED = "lease_wanted"  # the agent asks for a singleton's lease
     LEASE_REQUEST_FAILED = "lease_request_failed"  # no usable answer to a lease request

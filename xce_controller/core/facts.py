@@ -284,4 +284,5 @@ _HANDLERS = {
     "job_waiting": _job_waiting,
     "lease_granted": _lease,
     "lease_released": _lease,
+    "lease_forgotten": _lease,
 }
