@@ -112,9 +112,10 @@ def viewer(
     """The admin or read-only token, as a bearer or the status page's cookie."""
     token = token_of(admin)
     ctl = request.app.state.controller
-    if not observe_api.signed_in(ctl, request, f"Bearer {token}" if token else None):
+    role = observe_api.viewer_role(ctl, request, f"Bearer {token}" if token else None)
+    if not role:
         raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
-    return "admin" if credentials.same(token, ctl.cfg.admin_token) else "reader"
+    return role
 
 
 ADMIN_ROLE = Depends(_admin)

@@ -2,13 +2,13 @@
 
 All read-only. They take the admin token, or the read-only token (`auth.read_token`) that
 a dashboard, a Prometheus scraper or an operator's browser can hold without being able to
-change anything. The browser gives the token once (a form) and keeps a value derived from it
-in a cookie scoped to the page's paths, so the page's event stream needs no header.
+change anything. The browser gives the token once (a form) and keeps a random session id in a
+cookie scoped to the page's paths (ui_sessions.py), so the page's event stream needs no
+header.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
@@ -20,32 +20,43 @@ from xce_controller.core import credentials
 from xce_controller.core import lifecycle as lc
 from xce_controller.http.events import MAX_SEQ, EventHub
 from xce_controller.http.metrics import LatencyMiddleware, Metrics
+from xce_controller.http.ui_sessions import Sessions
 from xce_controller.service import Controller
 
-COOKIE = "xce_view"
+COOKIE = "xce_session"
 NDJSON = "application/x-ndjson"
 
 
-def viewer_tokens(ctl: Controller) -> list[str]:
-    return [t for t in (ctl.cfg.admin_token, ctl.cfg.read_token) if t]
+def viewer_tokens(ctl: Controller) -> dict[str, str]:
+    """The token of each role that may view: admin and reader."""
+    return {"admin": ctl.cfg.admin_token, "reader": ctl.cfg.read_token}
+
+
+def role_of(ctl: Controller, token: str) -> str:
+    """The viewing role `token` is ("" for none)."""
+    return next((r for r, t in viewer_tokens(ctl).items() if credentials.same(token, t)), "")
 
 
 def allowed(ctl: Controller, token: str) -> bool:
-    return any(credentials.same(token, t) for t in viewer_tokens(ctl))
+    return bool(role_of(ctl, token))
 
 
-def session_value(token: str) -> str:
-    """What the page's cookie holds: derived from the token, so a cookie that leaks is not a
-    bearer token for the API."""
-    return hashlib.sha256(b"xce-status-page\0" + token.encode()).hexdigest()
+def sessions(request: Request) -> Sessions:
+    found: Sessions = request.app.state.sessions
+    return found
+
+
+def viewer_role(ctl: Controller, request: Request, authorization: Optional[str]) -> str:
+    """The role a request views as: by a bearer token, else by the page's session cookie;
+    "" for none."""
+    if authorization and authorization.lower().startswith("bearer "):
+        return role_of(ctl, authorization[7:].strip())
+    return sessions(request).role(request.cookies.get(COOKIE, ""), viewer_tokens(ctl))
 
 
 def signed_in(ctl: Controller, request: Request, authorization: Optional[str]) -> bool:
     """The request carries a viewer's bearer token, or the page's cookie for one."""
-    if authorization and authorization.lower().startswith("bearer "):
-        return allowed(ctl, authorization[7:].strip())
-    cookie = request.cookies.get(COOKIE, "")
-    return any(credentials.same(cookie, session_value(t)) for t in viewer_tokens(ctl))
+    return bool(viewer_role(ctl, request, authorization))
 
 
 def check_viewer(request: Request, authorization: Optional[str]) -> None:
@@ -61,6 +72,7 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
     hub = EventHub(ctl)
     app.state.metrics = metrics
     app.state.events = hub
+    app.state.sessions = Sessions()
     app.add_middleware(LatencyMiddleware, metrics=metrics, routes=lambda: app.routes)
 
     @app.get("/metrics", include_in_schema=False)
@@ -84,15 +96,18 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
     ) -> StreamingResponse:
         """Committed facts as newline-delimited JSON, oldest first; with `follow`, each new
         one as it is committed (an idle stream sends a blank line every 15 s)."""
-        return StreamingResponse(_ndjson(hub, since, host, follow), media_type=NDJSON)
+        admin = by == "admin"  # boot ids are the admin's to see (events.ADMIN_ONLY)
+        return StreamingResponse(_ndjson(hub, since, host, follow, admin), media_type=NDJSON)
 
     from xce_controller.http.ui import install_ui
 
     install_ui(app, ctl, hub)
 
 
-async def _ndjson(hub: EventHub, since: int, host: str, follow: bool) -> AsyncIterator[bytes]:
-    async for body in hub.stream(since, host, follow):
+async def _ndjson(
+    hub: EventHub, since: int, host: str, follow: bool, admin: bool
+) -> AsyncIterator[bytes]:
+    async for body in hub.stream(since, host, follow, admin=admin):
         yield b"\n" if body is None else (json.dumps(body, sort_keys=True) + "\n").encode()
 
 
