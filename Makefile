@@ -53,11 +53,12 @@ lease-soak: $(STAMP)
 	$(PY) -m bench leases --schedules $(SCHEDULES)
 
 # What the end-to-end test (real systemd + cloud-init in systemd-nspawn), the packaging
-# checks, the metrics checks (promtool, from prometheus) and the status page's browser test
-# (chromium, chromium-driver) need; without them `make test` skips those tests and says why.
+# checks, the metrics checks (promtool, from prometheus), the status page's browser test
+# (chromium, chromium-driver) and the load-balancer test (haproxy) need; without them
+# `make test` skips those tests and says why.
 E2E_DEBS := debootstrap systemd-container zstd debhelper dh-python pybuild-plugin-pyproject \
 	python3-all python3-setuptools lintian rpm rpmlint cpio python3-installer python3-pip \
-	python3-wheel prometheus chromium chromium-driver
+	python3-wheel prometheus chromium chromium-driver haproxy
 e2e-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \

@@ -21,7 +21,7 @@ from xce_agent.components.adoption import adopt_previous
 from xce_agent.components.records import component_records
 from xce_agent.config.agent import AgentConfig
 from xce_agent.controller.credential import CredentialStore
-from xce_agent.controller.handoff import Handoff, HandoffRunner, reader_of
+from xce_agent.controller.handoff import Handoff, HandoffRunner
 from xce_agent.controller.join_guard import JoinGuard
 from xce_agent.controller.lease_client import HttpLeaseCalls
 from xce_agent.controller.reports import Reports, host_name
@@ -41,6 +41,7 @@ from xce_agent.state import (
     Lifecycle,
     StateStore,
     StateWriter,
+    Tombstone,
 )
 from xce_agent.supervision import cgroups
 from xce_agent.supervision import machine as m
@@ -51,8 +52,10 @@ from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
 from xce_agent.system import single_agent, unused_signals
 from xce_agent.system.notify import Notifier, system_shutting_down, watchdog_interval
+from xce_agent.system.reader import reader_of
 from xce_protocol.notices import NoticeState
 from xce_protocol.protocol import printable
+from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +90,11 @@ class Agent:
         # worker gets its own credential from it, never the join token.
         self.credentials = CredentialStore(config.state_directory)
         me = host_name(config)
-        self.stored = self.credentials.load(me, config.instance.id, ctl.url) if ctl else None
+        self.stored = self.credentials.load(me, config.instance.id, ctl.urls) if ctl else None
         self.handoff = Handoff(
             config.state_directory,
             reader_of(workers),
-            ctl.url if ctl else "",
+            ",".join(ctl.urls) if ctl else "",  # XCE_CONTROLLER_URL: xcecli's list form
             self.stored.worker_secret or None if self.stored else None,
         )
         if runner is None:
@@ -352,7 +355,12 @@ class Agent:
             self.state = replace(self.state, notices=pending)
             self._save()
         before = self.state.membership
-        after, actions = ms.step(before, event, time.time())
+        try:
+            after, actions = ms.step(before, event, time.time())
+        except ms.UnexpectedEvent as exc:
+            code = Reason.UNEXPECTED_EVENT.value
+            log.error("membership: dropped %s", exc, extra={"reason_code": code})
+            return
         if after != before:
             self._log_standing(before, after)
             self.state = replace(self.state, membership=after)
@@ -456,6 +464,18 @@ class Agent:
     def _decommission_exit(self, name: str, code: int) -> None:
         log.warning("%s exited with code %d (rejoin refused): asking the controller", name, code)
         self.handle(ms.WorkerExit(name, code))
+
+    # --- what the Operator may ask (operator/verbs.py AgentSide) ---------------------------
+    def tombstone(self) -> Tombstone | None:
+        return self.state.tombstone
+
+    def connected(self) -> bool:
+        return self.state.membership.standing is ms.Standing.CONNECTED
+
+    def apply_reload(self, config: AgentConfig) -> None:
+        self.config = replace(self.config, components=config.components, roles=config.roles)
+        self.state = replace(self.state, roles=config.roles)
+        self.refresh()
 
     def refresh(self) -> None:
         """Save the components' state now (after an operator's change)."""

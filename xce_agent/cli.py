@@ -167,8 +167,24 @@ def demo() -> None:
     sys.exit(launch_demo(click.echo))
 
 
+def _check_controller_url(url: str, plain_http: bool) -> None:
+    from xce_agent.config.agent import loopback_url
+
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"--controller-url: expected an http:// or https:// URL, got {url!r}")
+    if url.startswith("http://") and not plain_http and not loopback_url(url):
+        raise UsageError(
+            f"--controller-url: expected an https:// URL (http:// only to loopback, "
+            f"or with --plain-http), got {url!r}"
+        )
+
+
 @main.command("render-user-data")
-@click.option("--controller-url", required=True, help="http(s) URL of the controller.")
+@click.option(
+    "--controller-url",
+    required=True,
+    help="http(s) URL of the controller, or its replicas' URLs separated by commas.",
+)
 @click.option("--template", default="default", show_default=True, help="Host template.")
 @click.option(
     "--role",
@@ -235,17 +251,9 @@ def render_user_data(
     from xce_agent.operator.userdata import UserData, render
     from xce_protocol.validation import MAX_DURATION, parse_duration
 
-    if not controller_url.startswith(("http://", "https://")):
-        raise UsageError(
-            f"--controller-url: expected an http:// or https:// URL, got {controller_url!r}"
-        )
-    from xce_agent.config.agent import loopback_url
-
-    if controller_url.startswith("http://") and not plain_http and not loopback_url(controller_url):
-        raise UsageError(
-            f"--controller-url: expected an https:// URL (http:// only to loopback, "
-            f"or with --plain-http), got {controller_url!r}"
-        )
+    urls = [url.strip().rstrip("/") for url in controller_url.split(",")]
+    for url in urls:  # one URL, or the replicas' comma-separated list (controller.url: [...])
+        _check_controller_url(url, plain_http)
     seconds = parse_duration(join_deadline) if join_deadline else 5.0
     if seconds is None or not 5 <= seconds <= MAX_DURATION:
         raise UsageError(
@@ -259,7 +267,7 @@ def render_user_data(
     if action not in ("poweroff", "none"):
         command = _words("--on-join-timeout", action, "poweroff, none or a command line")
     data = UserData(
-        controller_url=controller_url.rstrip("/"),
+        controller_url=",".join(urls),
         template=template,
         roles=tuple(roles),
         instance_id=instance_id,

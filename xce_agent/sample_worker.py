@@ -30,6 +30,7 @@ from typing import Any
 import requests
 
 from xce_agent.controller.bounded_http import MAX_BODY, parse_json
+from xce_protocol import replicas
 from xce_protocol.errors import UsageError, XceError
 from xce_protocol.protocol import Identity, Outcome, classify
 
@@ -100,7 +101,9 @@ class SampleWorker:
         self.slots = int(doc["template"]["slots"])
         self.host = env["XCE_HOST_NAME"]
         self.instance = env.get("XCE_INSTANCE_ID", "")
-        self.url = env["XCE_CONTROLLER_URL"].rstrip("/")
+        # One URL, or the replicas' comma-separated list (controller.url as a list).
+        self.urls = [u.strip().rstrip("/") for u in env["XCE_CONTROLLER_URL"].split(",")]
+        self.current = 0
         self.env = env
         self.session = requests.Session()
         token = read_credential(env)
@@ -111,10 +114,26 @@ class SampleWorker:
         self.stopping = False
 
     def _request(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
-        """The status and the JSON body (None unless bounded, valid JSON, as for the agent)."""
+        """The status and the JSON body (None unless bounded, valid JSON, as for the agent);
+        on to the next URL, as the agent does, when one cannot serve (replicas.moves_on)."""
+        order = replicas.attempts(self.current, len(self.urls))
+        for tried, index in enumerate(order, start=1):
+            try:
+                status, body = self._one(self.urls[index], method, path, **kw)
+            except requests.RequestException:
+                if tried == len(order):
+                    raise
+                status, body = None, None
+            if not replicas.moves_on(status) or tried == len(order):
+                self.current = index
+                return status or 0, body
+            log.warning("controller %s could not serve: trying the next", self.urls[index])
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _one(self, url: str, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         # Like the agent, never follow a redirect: only the configured controller is heard.
         with self.session.request(
-            method, self.url + path, allow_redirects=False, stream=True, **kw
+            method, url + path, allow_redirects=False, stream=True, **kw
         ) as response:
             return response.status_code, read_json(response)
 

@@ -38,7 +38,7 @@ _OWN_NAMES = frozenset(
 )
 _OWN_PREFIXES = (
     *(".state.json.", ".template.json.", "state.json.corrupt-", ".credential."),
-    *("notice-", ".notice-"),  # notice_relay.py: notice-NAME.json and its temporary files
+    *("notice-", ".notice-"),  # notices/relay.py: notice-NAME.json and its temporary files
     *("join.json", ".join.json."),  # join_deadline.py: the join deadline's record
 )
 

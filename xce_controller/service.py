@@ -13,7 +13,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from xce_controller import collector
@@ -24,7 +24,16 @@ from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig
 from xce_controller.core.facts import apply
 from xce_controller.core.gave_up import gave_up
-from xce_controller.core.model import JOINED, TERMINAL, AdminAction, Fact, Host, HostState
+from xce_controller.core.model import (
+    JOINED,
+    TERMINAL,
+    AdminAction,
+    Fact,
+    Host,
+    HostState,
+    Job,
+    JobEvent,
+)
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
 from xce_controller.store.sqlite import StorageUnavailable, Store
@@ -33,11 +42,24 @@ from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice
 
 log = logging.getLogger(__name__)
-PROTOCOL = "1.1"
 RECORD_EVERY = 60.0  # seconds between recorded refusals of one kind for one host
 MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
 RETRY = 5.0  # a timer whose facts could not be stored tries again after this long
 RESCAN = ("job_submitted", "job_requeued")  # facts after which every open host may take work
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the provisioner says of an instance it created: `POST /v1/expected`."""
+
+    instance_id: str
+    template: str
+    name: str = ""
+    address: str = ""
+    deadline_in: float | None = None
+    provider: str = ""
+    join_token: str = ""
+    mint_join_token: bool = False
 
 
 class Controller:
@@ -228,6 +250,11 @@ class Controller:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._release)
 
+    @property
+    def stopping(self) -> bool:
+        """Told to stop (release_watchers): the health check says so to load balancers."""
+        return self._released
+
     def _release(self) -> None:
         self._released = True
         for listener in self.on_release:
@@ -353,6 +380,29 @@ class Controller:
         except StorageUnavailable as exc:
             self._storage_failed(exc.cause)
 
+    def reporting_host(
+        self, name: str, instance_id: str, token: str, peer: str, report: dict[str, Any]
+    ) -> Host:
+        """The host a heartbeat speaks for. A decommissioned host's refusal keeps what its
+        agent said (its credential was checked, so its word counts)."""
+        try:
+            return self.agent_host(name, instance_id, token, peer)
+        except lc.Refused as refused:
+            gone = self.cluster.by_name(name) if refused.kind == "decommissioned" else None
+            if gone is not None:
+                self.record_report(gone, report)
+            raise
+
+    def job_report(self, host: Host, job_id: int, event: str, exit_code: int) -> Job:
+        """The host's worker reports a job started or finished."""
+        if event not in {e.value for e in JobEvent}:
+            raise lc.Refused("not_found", 404, f"unknown job event {event!r}")
+        now = self.clock()
+        self.commit(
+            jobmodel.job_report(self.cluster, now, host, job_id, JobEvent(event), exit_code)
+        )
+        return self.cluster.jobs[job_id]
+
     def heartbeat(self, host: Host, report: dict[str, Any]) -> Host:
         now = self.clock()
         self.seen[host.key] = now  # in memory only: docs/controller.md, "Persistence"
@@ -397,7 +447,64 @@ class Controller:
         self.commit([*resumed, *notices.receive(self.cluster, self.cfg, now, after, notice)])
         return self.cluster.hosts[host.key]
 
+    # --- provisioner --------------------------------------------------------------------
+    def expect(self, by: str, wanted: Expectation) -> tuple[Host, str]:
+        """Record an expected instance; the join token minted for it, if asked (shown once)."""
+        if wanted.join_token and wanted.mint_join_token:
+            raise lc.Refused("conflict", 409, "join_token and mint_join_token: one of them")
+        token = credentials.mint() if wanted.mint_join_token else wanted.join_token
+        # Its strength, and that it is no role's token: lc.expect (core/tokens.py).
+        now = self.clock()
+        deadline = now + wanted.deadline_in if wanted.deadline_in else None
+        self.commit(
+            lc.expect(
+                self.cluster,
+                self.cfg,
+                now,
+                by,
+                wanted.instance_id,
+                wanted.template,
+                wanted.name,
+                wanted.address,
+                deadline,
+                wanted.provider,
+                token,
+            )
+        )
+        return self.cluster.hosts[wanted.instance_id], token if wanted.mint_join_token else ""
+
+    def expected_hosts(self) -> list[Host]:
+        wanted = (HostState.EXPECTED, HostState.OVERDUE)
+        return [h for h in self.cluster.hosts.values() if h.state in wanted]
+
+    def to_return(self) -> list[Host]:
+        return lc.to_return(self.cluster)
+
+    def ack_return(self, by: str, instance_id: str) -> Host:
+        self.commit(lc.ack_return(self.cluster, self.clock(), by, instance_id))
+        return self.cluster.hosts[instance_id]
+
     # --- admin ------------------------------------------------------------------------
+    def listed_hosts(self, everything: bool) -> list[Host]:
+        """Hosts by name; the decommissioned and returned ones only with `everything`."""
+        hidden = () if everything else TERMINAL
+        shown = [h for h in self.cluster.hosts.values() if h.state not in hidden]
+        return sorted(shown, key=lambda h: h.name or h.key)
+
+    def template_uses(self) -> dict[str, int]:
+        """How many live hosts use each template."""
+        uses: dict[str, int] = {}
+        for h in self.cluster.hosts.values():
+            if h.state not in TERMINAL:
+                uses[h.template] = uses.get(h.template, 0) + 1
+        return uses
+
+    def submit(self, by: str, command: list[str], slots: int, host: str = "") -> Job:
+        facts = jobmodel.submit(self.cluster, self.clock(), by, command, slots, host)
+        job_id = int(facts[0].data["id"])
+        self.commit(facts)
+        return self.cluster.jobs[job_id]
+
     def find_host(self, name: str) -> Host:
         """The record `name` means: a host name, an instance id or an expected address."""
         return addressing.resolve(self.cluster, name)

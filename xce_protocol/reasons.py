@@ -86,6 +86,7 @@ class Reason(str, enum.Enum):
     COMPONENT_FATAL = "component_fatal"  # another role's component given up
     WORKER_HELD = "worker_held"  # exited saying its rejoin was refused: held, controller asked
     WORKER_STOPPED_DECOMMISSIONED = "worker_stopped_decommissioned"
+    UNEXPECTED_EVENT = "unexpected_event"  # a machine was handed an event its table refuses
     # --- the agent's standing with the controller ---------------------------------------
     CONTROLLER_CONNECTED = "controller_connected"
     CONTROLLER_UNREACHABLE = "controller_unreachable"

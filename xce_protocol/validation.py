@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 from xce_protocol.yamlsource import LineDict, LineList
 
@@ -107,6 +107,39 @@ class Checker:
             return None
         return text
 
+    def mark(self) -> int:
+        """Where the problems stand now: `failed_since(mark)` tells whether a part added any."""
+        return len(self.problems)
+
+    def failed_since(self, mark: int) -> bool:
+        return len(self.problems) > mark
+
+    # A getter with a default returns it after reporting a bad value, so its caller builds on
+    # a value of the right type and `problems` alone decides whether the document is taken.
+    @overload
+    def integer(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: int,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        required: bool = False,
+    ) -> int: ...
+
+    @overload
+    def integer(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: None = None,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        required: bool = False,
+    ) -> int | None: ...
+
     def integer(
         self,
         parent: LineDict,
@@ -117,19 +150,32 @@ class Checker:
         maximum: int | None = None,
         required: bool = False,
     ) -> int | None:
-        expected = _range_text("an integer", minimum, maximum)
-        value = self._get(parent, key, path, expected, required)
-        if value is _MISSING:
-            return default
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if ok and minimum is not None and value < minimum:
-            ok = False
-        if ok and maximum is not None and value > maximum:
-            ok = False
-        if not ok:
-            self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
-            return None
-        return int(value)
+        got = self._numeric(parent, key, path, minimum, maximum, required, integer=True)
+        return default if got is None else int(got)
+
+    @overload
+    def number(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: float,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        required: bool = False,
+    ) -> float: ...
+
+    @overload
+    def number(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        required: bool = False,
+    ) -> float | None: ...
 
     def number(
         self,
@@ -141,20 +187,61 @@ class Checker:
         maximum: float | None = None,
         required: bool = False,
     ) -> float | None:
-        expected = _range_text("a number", minimum, maximum)
+        got = self._numeric(parent, key, path, minimum, maximum, required, integer=False)
+        return default if got is None else float(got)
+
+    def _numeric(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        minimum: float | None,
+        maximum: float | None,
+        required: bool,
+        integer: bool,
+    ) -> float | None:
+        """The value at `key` when it is an integer (or any finite number) within the bounds;
+        None when it is missing or was reported."""
+        expected = _range_text("an integer" if integer else "a number", minimum, maximum)
         value = self._get(parent, key, path, expected, required)
         if value is _MISSING:
-            return default
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        ok = ok and math.isfinite(value)
-        if ok and minimum is not None and value < minimum:
-            ok = False
-        if ok and maximum is not None and value > maximum:
-            ok = False
+            return None
+        kinds = (int,) if integer else (int, float)
+        ok = isinstance(value, kinds) and not isinstance(value, bool)
+        # A huge integer overflows isfinite; an integer is finite anyway.
+        ok = ok and (isinstance(value, int) or math.isfinite(value))
+        ok = ok and (minimum is None or value >= minimum)
+        ok = ok and (maximum is None or value <= maximum)
         if not ok:
             self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
             return None
-        return float(value)
+        return float(value) if not integer else int(value)
+
+    @overload
+    def duration(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: float,
+        minimum: float = 0.0,
+        positive: bool = False,
+        required: bool = False,
+        maximum: float = MAX_DURATION,
+    ) -> float: ...
+
+    @overload
+    def duration(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        default: None = None,
+        minimum: float = 0.0,
+        positive: bool = False,
+        required: bool = False,
+        maximum: float = MAX_DURATION,
+    ) -> float | None: ...
 
     def duration(
         self,
@@ -176,10 +263,32 @@ class Checker:
         seconds = parse_duration(value)
         bad = seconds is None or seconds < minimum or (positive and seconds <= 0)
         bad = bad or seconds is None or seconds > maximum
-        if bad:
+        if bad or seconds is None:
             self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
-            return None
+            return default
         return seconds
+
+    @overload
+    def choice(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        choices: Iterable[str],
+        default: str,
+        required: bool = False,
+    ) -> str: ...
+
+    @overload
+    def choice(
+        self,
+        parent: LineDict,
+        key: str,
+        path: str,
+        choices: Iterable[str],
+        default: None = None,
+        required: bool = False,
+    ) -> str | None: ...
 
     def choice(
         self,
@@ -197,7 +306,7 @@ class Checker:
             return default
         if not isinstance(value, str) or value not in options:
             self.report(join_path(path, key), expected, describe(value), self.line_of(parent, key))
-            return None
+            return default
         return value
 
     def string_list(

@@ -18,7 +18,7 @@ class AgentProcess:
     def __init__(
         self,
         workdir: Path,
-        url: str,
+        url: str | list[str],
         instance: str,
         host: str,
         worker: list[str] | None = None,
@@ -34,7 +34,7 @@ class AgentProcess:
         token_line = f", token: {token}" if token else ""
         token_line += f", ca_file: '{ca_file}'" if ca_file else ""
         self.config.write_text(
-            f"version: 1\ncontroller: {{url: '{url}', timeout: 2s, "
+            f"version: 1\ncontroller: {{url: {json.dumps(url)}, timeout: 2s, "
             f"max_retry_delay: 1s{token_line}}}\n"
             f"instance: {{id: {instance}, host_name: {host}}}\n"
             "roles:\n  worker:\n    components:\n      worker:\n"

@@ -6,7 +6,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +62,15 @@ class World:
         """An instance's record, found by instance id (host paths take names only)."""
         hosts = self.api("GET", "/v1/hosts", params={"all": "true"})
         return next(h for h in hosts if h["instance_id"] == instance_id)
+
+    def refusals(self, code: str) -> float:
+        """How many requests the controller refused with `code` (its /metrics)."""
+        headers = self.ctl.admin_headers()
+        text = requests.get(self.ctl.url + "/metrics", timeout=10, headers=headers).text
+        series = f'xce_controller_refusals_total{{code="{code}"'
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(series)
+        )
 
     def host(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.api("GET", f"/v1/hosts/{name}")
@@ -136,7 +144,9 @@ def test_unmatched_join_refused_leaves_the_worker_unstarted(tmp_path: Path) -> N
         ).stdout
         assert "refused by the controller" in status.splitlines()[0]
         assert "unmatched" in status.splitlines()[0]
-        time.sleep(1)
+        # Two more refused joins (the agent retries within max_retry_delay): still unstarted.
+        seen = w.refusals("refused_unmatched")
+        wait_for(lambda: w.refusals("refused_unmatched") >= seen + 2, timeout=15)
         assert agent.worker().get("phase") == "stopped"
     finally:
         w.close()
@@ -210,8 +220,8 @@ def test_decommission_stops_the_worker_for_good(world: World, policy: str, final
         "/v1/hosts/node1/decommission",
         json={"policy": policy, "drain_timeout": 1, "reason": f"reclaim {policy}"},
     )
-    time.sleep(0.5)
-    assert agent.worker_pid() == pid  # still draining
+    assert world.host("node1")["state"] == "draining"
+    assert agent.worker_pid() == pid  # still draining: the worker stops once the drain ends
     wait_for(lambda: agent.worker().get("phase") == "stopped", timeout=15)
     assert agent.state()["tombstone"]["reason"].startswith(f"reclaim {policy}")
     assert agent.state()["controller"]["state"] == "decommissioned"
@@ -221,7 +231,8 @@ def test_decommission_stops_the_worker_for_good(world: World, policy: str, final
     agent.restart()
     wait_for(lambda: agent.state().get("lifecycle") == "running")
     assert agent.state()["controller"]["state"] == "decommissioned"
-    time.sleep(1.0)
+    # The tombstone is read at boot, before the agent says it runs: it opens no link and
+    # starts no worker, so there is nothing later to wait for.
     assert agent.worker().get("phase") == "stopped" and not agent.worker().get("pid")
 
 

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,7 +96,13 @@ def test_restarted_agent_adopts_the_running_worker(tmp_path: Path, notify: Notif
         wait_for(lambda: worker_pid(tmp_path))
         pid = worker_pid(tmp_path)
         assert pid is not None
-        time.sleep(0.3)
+
+        def told() -> bool:
+            seen = notify.collect()  # every message so far
+            running = any(m.startswith("STATUS=provisioner: xce-worker running pid") for m in seen)
+            return "READY=1" in seen and running and seen.count("WATCHDOG=1") >= 2
+
+        wait_for(told)
         messages = notify.collect()
         assert "READY=1" in messages
         assert any(m.startswith("STATUS=provisioner: xce-worker running pid") for m in messages)
@@ -110,7 +115,8 @@ def test_restarted_agent_adopts_the_running_worker(tmp_path: Path, notify: Notif
         assert "worker up" in log and "very-secret-token" not in log
         agent = start_agent(config, {"NOTIFY_SOCKET": str(notify.path)})
         wait_for(lambda: state_of(tmp_path)["lifecycle"] == "running")
-        time.sleep(0.3)
+        # Adopted before the agent says it runs: no second start can follow.
+        wait_for(lambda: "[component_adopted]" in (tmp_path / "agent.log").read_text())
         assert worker_pid(tmp_path) == pid
         assert alive(pid)
         status = subprocess.run(
@@ -218,7 +224,7 @@ def test_script_started_through_its_shebang_is_adopted(tmp_path: Path) -> None:
         agent.wait(timeout=10)
         agent = start_agent(config)
         wait_for(lambda: state_of(tmp_path)["lifecycle"] == "running")
-        time.sleep(0.3)
+        wait_for(lambda: "[component_adopted]" in (tmp_path / "agent.log").read_text())
         assert worker_pid(tmp_path) == pid
     finally:
         subprocess.run([*AGENT, "stop", "--config", str(config)], capture_output=True, timeout=30)

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from tests.integration.controller_proc import ControllerProcess
+from tests.integration.helpers import wait_for
 
 CONFIG = """\
 version: 1
@@ -162,7 +163,7 @@ def test_jobs_drain_and_to_return_through_xcecli(ctl: ControllerProcess) -> None
     post(ctl, "/v1/hosts/n7/jobs/1/started", {}, admin=False, bearer=cred["credential"])
     out = cli("decommission", "n7", "--policy", "kill", "--drain-timeout", "0.5")
     assert "n7: draining" in out.stdout
-    time.sleep(1.2)
+    wait_for(lambda: "n7" not in cli("hosts").stdout, timeout=15)  # the drain ran out
     hosts = cli("hosts", "--all")
     assert "decommissioned" in hosts.stdout and "i-7" in hosts.stdout
     assert "n7" not in cli("hosts").stdout

@@ -432,6 +432,7 @@ def test_a_database_replaced_under_the_controller_refuses_writes(
 
 
 def test_an_idle_controller_of_10000_hosts_does_next_to_no_work(tmp_path: Path) -> None:
+    from xce_controller.core import joining
     from xce_controller.core import lifecycle as lc
     from xce_controller.core.config import load_cluster_config
     from xce_controller.core.facts import apply
@@ -448,7 +449,7 @@ def test_an_idle_controller_of_10000_hosts_does_next_to_no_work(tmp_path: Path) 
             apply(cluster, fact)
         if i % 2:
             req = lc.JoinRequest(name=f"n{i}", instance_id=f"i-{i}", token="j0in-t0ken")
-            joined = lc.join(cluster, cfg, now, req)[1]
+            joined = joining.join(cluster, cfg, now, req)[1]
             for fact in joined:
                 apply(cluster, fact)
             new += joined

@@ -15,16 +15,20 @@ from xce_protocol.errors import ConfigError
 
 def test_the_credential_is_kept_0600_and_only_for_its_own_identity(tmp_path: Path) -> None:
     store = CredentialStore(tmp_path)
-    assert store.load("n1", "i-1", "https://ctl") is None
+    assert store.load("n1", "i-1", ("https://ctl",)) is None
     store.save(HostCredential("n1", "i-1", "https://ctl", 3, "s3cret"))
     assert store.path.stat().st_mode & 0o777 == 0o600
-    cred = store.load("n1", "i-1", "https://ctl")
+    cred = store.load("n1", "i-1", ("https://ctl",))
     assert cred is not None and cred.secret == "s3cret" and cred.incarnation == 3
     assert "s3cret" not in repr(cred)
-    for other in (("n2", "i-1", "https://ctl"), ("n1", "i-2", "https://ctl"), ("n1", "i-1", "x")):
+    for other in (
+        ("n2", "i-1", ("https://ctl",)),
+        ("n1", "i-2", ("https://ctl",)),
+        ("n1", "i-1", ("x",)),
+    ):
         assert store.load(*other) is None
     store.path.write_text("{not json")
-    assert store.load("n1", "i-1", "https://ctl") is None  # unreadable: join afresh
+    assert store.load("n1", "i-1", ("https://ctl",)) is None  # unreadable: join afresh
     store.clear()
     store.clear()
     assert not store.path.exists()

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from xce_agent.config.agent import load_config
+from xce_agent.config.join_deadline import JoinTimeout
 from xce_agent.controller import join_deadline as jd
 from xce_agent.errors import ConfigError
 from xce_agent.operator.userdata import UserData, render
@@ -114,12 +115,12 @@ def config(tmp_path: Path, instance: str, controller: bool = True) -> Path:
 
 def test_config_keys(tmp_path: Path) -> None:
     inst = load_config(config(tmp_path, "join_deadline: 15m")).instance
-    assert inst.join_deadline == 900.0 and inst.on_join_timeout == jd.JoinTimeout("poweroff")
+    assert inst.join_deadline == 900.0 and inst.on_join_timeout == JoinTimeout("poweroff")
     inst = load_config(config(tmp_path, "join_deadline: 30s, on_join_timeout: none")).instance
-    assert inst.on_join_timeout == jd.JoinTimeout("none")
+    assert inst.on_join_timeout == JoinTimeout("none")
     text = f"join_deadline: 30s, on_join_timeout: [{sys.executable}, -c, pass]"
     inst = load_config(config(tmp_path, text)).instance
-    assert inst.on_join_timeout == jd.JoinTimeout("command", (sys.executable, "-c", "pass"))
+    assert inst.on_join_timeout == JoinTimeout("command", (sys.executable, "-c", "pass"))
     assert load_config(config(tmp_path, "template: default")).instance.join_deadline is None
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from xce_agent.errors import ConfigError
-from xce_controller.core import credentials, deadlines
+from xce_controller.core import credentials, deadlines, joining
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig, Template, load_cluster_config
@@ -92,7 +92,7 @@ class World:
             issue=credentials.seal(secret),
             **kw,  # type: ignore[arg-type]
         )
-        host, facts = lc.join(self.cluster, self.cfg, self.now, req)
+        host, facts = joining.join(self.cluster, self.cfg, self.now, req)
         self.commit(facts)
         self.seen[host.key] = self.now
         self.credentials[iid or name] = secret
@@ -202,7 +202,7 @@ def test_decommission_of_an_idle_host_is_immediate_and_rejoin_is_refused() -> No
     assert (refusal.kind, refusal.status) == ("decommissioned", 410)
     assert refusal.details == {"host": "node1", "instance_id": "i-1", "reason": "reclaim"}
     with pytest.raises(lc.Refused):
-        lc.check_agent(w.cluster, "node1", "i-1")
+        joining.speaker(w.cluster, 0.0, "node1", "i-1")
 
 
 def test_drain_waits_for_running_jobs() -> None:

@@ -48,6 +48,8 @@ class FakeClient:
         self.released = threading.Event()
         self.watch_version = 1  # what watch answers say
         self.sinces: list[int] = []  # what the watches asked
+        self.watch_answer: Answer | None = None  # set: what every watch answers
+        self.together: threading.Barrier | None = None  # set: heartbeat and watch answer at once
 
     def _count(self, what: str) -> None:
         with self.lock:
@@ -59,6 +61,8 @@ class FakeClient:
 
     def heartbeat(self, payload: dict[str, Any], timeout: float | None = None) -> Answer:
         self._count("heartbeat")
+        if self.together is not None:
+            self.together.wait(10)
         return self.heartbeat_answer
 
     def notice(self, payload: dict[str, Any], timeout: float | None = None) -> Answer:
@@ -80,6 +84,10 @@ class FakeClient:
         finally:
             with self.lock:
                 self.watching -= 1
+        if self.watch_answer is not None:
+            if self.together is not None:
+                self.together.wait(10)
+            return self.watch_answer
         body = {"host": "n1", "state": "open", "version": self.watch_version}
         return Answer(Outcome.ACCEPTED, "open", body)
 
@@ -210,19 +218,23 @@ def test_the_watchdog_replaces_a_stuck_thread_and_says_so(
     assert link.check_threads() == []
 
 
-def test_a_decommission_is_posted_once_and_ends_both_loops(
-    rig: tuple[ControllerLink, FakeClient, Events, list[float]],
-) -> None:
-    _, client, events, _ = rig
-    until(lambda: client.calls["watch"] >= 1)
-    client.heartbeat_answer = Answer(
-        Outcome.DECOMMISSIONED, "reclaimed", {"instance_id": "i-1", "host": "n1"}
-    )
-    until(lambda: events.of(ms.Decommissioned))
-    calls = dict(client.calls)
-    time.sleep(0.2)  # proving silence: nothing may happen in this window
-    assert client.calls["heartbeat"] == calls["heartbeat"]
-    assert events.of(ms.Decommissioned) == [ms.Decommissioned("i-1", "reclaimed")]
+def test_a_decommission_is_posted_once_and_ends_both_loops() -> None:
+    client, events = FakeClient(), Events()
+    gone = Answer(Outcome.DECOMMISSIONED, "reclaimed", {"instance_id": "i-1", "host": "n1"})
+    # Both loops hear the refusal, at the same moment: the heartbeat's and the watch's answer.
+    client.heartbeat_answer = client.watch_answer = gone
+    client.together = threading.Barrier(2)
+    link = ControllerLink(client, events.post, lambda: {}, lambda: {}, rand=lambda: 0.5)
+    link.start()
+    try:
+        until(lambda: events.of(ms.Decommissioned))
+        # Silence proven, not waited for: every loop's thread has ended, nothing more is sent.
+        loops = link._loops.values()
+        until(lambda: all(lp.thread is None or not lp.thread.is_alive() for lp in loops))
+        assert client.calls["heartbeat"] == 1 and client.calls["watch"] == 1
+        assert events.of(ms.Decommissioned) == [ms.Decommissioned("i-1", "reclaimed")]
+    finally:
+        link.stop()
 
 
 @pytest.mark.parametrize(

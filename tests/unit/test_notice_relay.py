@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from xce_agent.config.notice_file import with_notice_file
 from xce_agent.controller.notice_sender import NoticeSender
-from xce_agent.notices.relay import NoticeRelay, with_notice_file
+from xce_agent.notices.relay import NoticeRelay
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol.notices import Notice, NoticeKind, NoticeState
 from xce_protocol.protocol import Answer, Outcome

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from xce_controller.core import credentials, deadlines, notices
+from xce_controller.core import credentials, deadlines, joining, notices
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.codec import host_from_json, host_to_json
@@ -56,7 +56,7 @@ class World:
             token=self.credentials.get(name, ""),
             issue=credentials.seal(secret),
         )
-        host, facts = lc.join(self.cluster, self.cfg, self.now, req)
+        host, facts = joining.join(self.cluster, self.cfg, self.now, req)
         self.credentials[name] = secret
         self.commit(facts)
         self.commit(

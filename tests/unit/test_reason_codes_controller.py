@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_notices_lifecycle import World
-from xce_controller.core import deadlines
+from xce_controller.core import deadlines, joining
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.model import AdminAction, DrainPolicy, Fact
 from xce_protocol.notices import NoticeKind
@@ -98,5 +98,5 @@ def test_refusals_carry_their_code() -> None:
     )
     w.tick(2.0)
     with pytest.raises(lc.Refused) as refused:
-        lc.join(w.cluster, w.cfg, 3.0, lc.JoinRequest(name="a"))
+        joining.join(w.cluster, w.cfg, 3.0, lc.JoinRequest(name="a"))
     assert refused.value.code is Reason.REFUSED_DECOMMISSIONED

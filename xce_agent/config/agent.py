@@ -6,21 +6,20 @@ ConfigError with one line per problem. Nothing here falls back to a default for 
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xce_agent.config import join_deadline
 from xce_agent.config.cloud import NO_CLOUD, CloudConfig, parse_cloud
 from xce_agent.config.component import parse_component
+from xce_agent.config.controller_urls import loopback_url, parse_urls
+from xce_agent.config.join_deadline import JoinTimeout
 from xce_agent.config.metrics import MetricsConfig, parse_metrics
-from xce_agent.controller import join_deadline
-from xce_agent.controller.join_deadline import JoinTimeout
+from xce_agent.config.notice_file import with_notice_file
 from xce_agent.errors import ConfigError
-from xce_agent.notices.relay import with_notice_file
 from xce_agent.supervision.spec import ComponentSpec
 from xce_protocol import names
 from xce_protocol.protocol import MAX_COMPONENTS
@@ -36,19 +35,22 @@ CONFIG_VERSION = 1
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _HOST = re.compile(names.HOST_NAME)  # what the controller takes as a host name
-# No userinfo and no backslash in the authority: `http://ctl.example\@127.0.0.1/` reads as
-# loopback to urllib.parse but requests sends it (and the token) to ctl.example.
-_URL = re.compile(r"^https?://[^\s/\\@?#]+(/\S*)?$")
+__all__ = ["AgentConfig", "ControllerConfig", "InstanceConfig", "load_config", "loopback_url"]
 
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    url: str
+    url: str  # the first of the controller's URLs (controller_urls.py)
     ca_file: Path | None = None
     token: str | None = field(default=None, repr=False)
     token_file: Path | None = None
     timeout: float = 10.0
     max_retry_delay: float = 30.0  # joins back off up to this (and below half the grace)
+    other_urls: tuple[str, ...] = ()  # the replicas listed after it, in order
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return (self.url, *self.other_urls)
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,6 @@ def _parse(doc: LineDict, c: Checker, path: Path, instance_data: Path) -> AgentC
     metrics = parse_metrics(doc, c)
     if c.problems or instance is None or roles is None or components is None or log_level is None:
         return None
-    assert cloud is not None and metrics is not None  # their problems are in c.problems
     state_directory = Path(state_dir) if state_dir else DEFAULT_STATE_DIRECTORY
     return AgentConfig(
         path=path,
@@ -159,9 +160,7 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
         p,
         ("url", "ca_file", "token", "token_file", "timeout", "max_retry_delay", "plain_http"),
     )
-    url = c.string(node, "url", p, pattern=_URL, expected="an http:// or https:// URL")
-    if url is not None and not _transport_ok(url, node, c):
-        url = None
+    urls = parse_urls(node, c)
     ca_file = _existing_file(node, "ca_file", p, c)
     token = c.string(node, "token", p, required=False)
     token_file = _existing_file(node, "token_file", p, c)
@@ -185,41 +184,9 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
         token = None
     timeout = c.duration(node, "timeout", p, default=10.0, positive=True)
     retry = c.duration(node, "max_retry_delay", p, default=30.0, minimum=1.0)
-    if url is None or timeout is None or retry is None:
+    if urls is None or timeout is None or retry is None:
         return None
-    return ControllerConfig(url.rstrip("/"), ca_file, token, token_file, timeout, retry)
-
-
-def _transport_ok(url: str, node: LineDict, c: Checker) -> bool:
-    """Join tokens and host credentials travel in the clear over http: only to loopback,
-    or when the config says so with `plain_http: true` (a private network, a test rig)."""
-    plain = node.get("plain_http", False)
-    if not isinstance(plain, bool):
-        c.report(
-            "controller.plain_http", "true or false", describe(plain), c.line_of(node, "plain_http")
-        )
-        return False
-    if url.startswith("https://") or plain or loopback_url(url):
-        return True
-    c.report(
-        "controller.url",
-        "an https:// URL (http:// only to loopback, or with plain_http: true)",
-        describe(url),
-        c.line_of(node, "url"),
-    )
-    return False
-
-
-def loopback_url(url: str) -> bool:
-    if not _URL.fullmatch(url):  # a URL parsers read differently is nobody's loopback
-        return False
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return ControllerConfig(urls[0], ca_file, token, token_file, timeout, retry, urls[1:])
 
 
 def _existing_file(node: LineDict, key: str, path: str, c: Checker) -> Path | None:

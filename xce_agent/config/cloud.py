@@ -35,10 +35,11 @@ class CloudConfig:
 NO_CLOUD = CloudConfig("none")
 
 
-def parse_cloud(doc: LineDict, c: Checker, instance_data: Path) -> CloudConfig | None:
+def parse_cloud(doc: LineDict, c: Checker, instance_data: Path) -> CloudConfig:
+    """The section; its default after a reported problem (c.problems tells)."""
     node = c.mapping(doc, "cloud", "", required=False)
     if node is None:
-        return NO_CLOUD if "cloud" not in doc else None
+        return NO_CLOUD
     p = "cloud"
     c.allowed_keys(node, p, ("provider", "metadata_url", "poll_interval"))
     provider = c.choice(node, "provider", p, CHOICES, default="auto")
@@ -55,7 +56,7 @@ def parse_cloud(doc: LineDict, c: Checker, instance_data: Path) -> CloudConfig |
         node, "poll_interval", p, default=DEFAULT_POLL_INTERVAL, minimum=MIN_POLL_INTERVAL
     )
     if provider is None or url is None or interval is None:
-        return None
+        return NO_CLOUD
     if provider == "none" and ("metadata_url" in node or "poll_interval" in node):
         key = "metadata_url" if "metadata_url" in node else "poll_interval"
         c.report(
@@ -64,7 +65,7 @@ def parse_cloud(doc: LineDict, c: Checker, instance_data: Path) -> CloudConfig |
             describe(node[key]),
             c.line_of(node, key),
         )
-        return None
+        return NO_CLOUD
     detected = ""
     if provider == "auto":
         if not instance_data.exists():
@@ -72,7 +73,7 @@ def parse_cloud(doc: LineDict, c: Checker, instance_data: Path) -> CloudConfig |
             return CloudConfig("none", note=note)
         found = _cloud_name(instance_data, c, c.line_of(node, "provider"))
         if found is None:
-            return None
+            return NO_CLOUD
         detected = found
         provider = found if found in PROVIDERS else "none"
     return CloudConfig(provider, url.rstrip("/"), interval, detected)

@@ -1,9 +1,8 @@
 """One supervised component of the agent's config, checked key by key into a ComponentSpec.
 
-Split from config.py, which reads the rest of the file; the command, restart policy, probe
-and limits have a module each (command_config, restart_config, probe_config,
-limits_config). All report through the same Checker, so every problem still comes out as
-one `path: expected X, got Y (file line N)`.
+agent.py reads the rest of the file; the command, restart policy, probe and limits have a
+module each here (command, restart, probe, limits). All report through the same Checker, so
+every problem still comes out as one `path: expected X, got Y (file line N)`.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from xce_agent.config.limits import parse_limits
 from xce_agent.config.probe import parse_probe
 from xce_agent.config.restart import parse_restart
 from xce_agent.config.singleton import parse_singleton, singleton_stop_timeout
-from xce_agent.supervision.spec import ComponentSpec
+from xce_agent.supervision.spec import STOP_SIGNAL, STOP_TIMEOUT, ComponentSpec
 from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict, LineList
 
@@ -55,8 +54,9 @@ def parse_component(
         c.report(p, "a mapping", describe(node), line)
         return None
     c.allowed_keys(node, p, _COMPONENT_KEYS)
+    mark = c.mark()
     env = _environment(node, p, c)
-    command = parse_command(node, "command", p, c, env or {})
+    command = parse_command(node, "command", p, c, env)
     user = _account(node, "user", p, c, _user_exists)
     group = _account(node, "group", p, c, _group_exists)
     workdir = c.string(
@@ -71,24 +71,16 @@ def parse_component(
         )
     stop_signal = _signal(node, p, c)
     notice_signal = _signal(node, p, c, "notice_signal") if "notice_signal" in node else None
-    stop_timeout = c.duration(node, "stop_timeout", p, default=10.0)
-    single_ok, singleton = parse_singleton(role, name, node, p, c, clustered)
-    if singleton is not None and stop_timeout is not None:
+    stop_timeout = c.duration(node, "stop_timeout", p, default=STOP_TIMEOUT)
+    _, singleton = parse_singleton(role, name, node, p, c, clustered)
+    if singleton is not None:
         stop_timeout = singleton_stop_timeout(singleton, node, p, stop_timeout, c)
     restart = parse_restart(node, p, c)
     probe = parse_probe(node, p, c)
     codes = _exit_codes(node, p, c)
     limits = parse_limits(node, p, c)
-    if (
-        None in (env, command, stop_signal, stop_timeout, restart, codes, limits)
-        or ("liveness_probe" in node and probe is None)
-        or ("notice_signal" in node and notice_signal is None)
-        or not single_ok
-    ):
+    if command is None or c.failed_since(mark):  # each part reported its own problem
         return None
-    assert command is not None and stop_signal is not None and stop_timeout is not None
-    assert restart is not None and codes is not None and env is not None
-    assert limits is not None
     return ComponentSpec(
         name=name,
         command=tuple(command),
@@ -108,10 +100,10 @@ def parse_component(
     )
 
 
-def _environment(node: LineDict, p: str, c: Checker) -> dict[str, str] | None:
+def _environment(node: LineDict, p: str, c: Checker) -> dict[str, str]:
     env = c.string_map(node, "environment", p)
     if env is None:
-        return None
+        return {}
     ep = join_path(p, "environment")
     env_node = node.get("environment")
     lines = env_node.key_lines if isinstance(env_node, LineDict) else {}
@@ -120,7 +112,7 @@ def _environment(node: LineDict, p: str, c: Checker) -> dict[str, str] | None:
         if not name or "=" in name or "\x00" in name:
             expected = "a variable name without '=' or NUL"
             c.report(join_path(ep, name), expected, describe(name), line)
-            return None
+            return {}
         if name.upper().startswith(RESERVED_ENV_PREFIX):
             c.report(
                 join_path(ep, name),
@@ -128,7 +120,7 @@ def _environment(node: LineDict, p: str, c: Checker) -> dict[str, str] | None:
                 describe(name),
                 line,
             )
-            return None
+            return {}
     return env
 
 
@@ -173,9 +165,10 @@ def _account(node: LineDict, key: str, p: str, c: Checker, exists: object) -> st
     return value
 
 
-def _signal(node: LineDict, p: str, c: Checker, key: str = "stop_signal") -> int | None:
+def _signal(node: LineDict, p: str, c: Checker, key: str = "stop_signal") -> int:
+    """The signal at `key`: SIGTERM when absent, and after a reported problem."""
     if key not in node:
-        return int(signal.SIGTERM)
+        return STOP_SIGNAL
     value = node[key]
     names = {s.name: int(s) for s in signal.Signals}
     if isinstance(value, str):
@@ -190,10 +183,10 @@ def _signal(node: LineDict, p: str, c: Checker, key: str = "stop_signal") -> int
         describe(value),
         c.line_of(node, key),
     )
-    return None
+    return STOP_SIGNAL
 
 
-def _exit_codes(node: LineDict, p: str, c: Checker) -> list[int] | None:
+def _exit_codes(node: LineDict, p: str, c: Checker) -> list[int]:
     key = "decommission_exit_codes"
     if key not in node:
         return []
@@ -201,7 +194,7 @@ def _exit_codes(node: LineDict, p: str, c: Checker) -> list[int] | None:
     expected = "a list of exit codes from 1 to 255"
     if not isinstance(value, LineList):
         c.report(join_path(p, key), expected, describe(value), c.line_of(node, key))
-        return None
+        return []
     codes: list[int] = []
     for index, item in enumerate(value):
         if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= 255:
@@ -211,6 +204,6 @@ def _exit_codes(node: LineDict, p: str, c: Checker) -> list[int] | None:
                 describe(item),
                 value.item_lines[index],
             )
-            return None
+            return []
         codes.append(item)
     return codes

@@ -12,20 +12,16 @@ _SIZE = re.compile(r"^\s*(\d{1,15})\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE | re.A
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 
 
-def parse_limits(node: LineDict, p: str, c: Checker) -> ResourceLimits | None:
-    if "limits" not in node:
-        return ResourceLimits()
-    r = c.mapping(node, "limits", p)
+def parse_limits(node: LineDict, p: str, c: Checker) -> ResourceLimits:
+    """The limits; none after a reported problem (the caller's mark tells)."""
+    r = c.mapping(node, "limits", p, required=False)
     if r is None:
-        return None
+        return ResourceLimits()
     lp = join_path(p, "limits")
     c.allowed_keys(r, lp, ("memory_max", "cpu_weight", "tasks_max"))
     memory = _size(r, "memory_max", lp, c)
     weight = c.integer(r, "cpu_weight", lp, minimum=1, maximum=10000)
     tasks = c.integer(r, "tasks_max", lp, minimum=1, maximum=4194304)
-    bad = (memory is None and "memory_max" in r) or (weight is None and "cpu_weight" in r)
-    if bad or (tasks is None and "tasks_max" in r):
-        return None
     return ResourceLimits(memory_max=memory, cpu_weight=weight, tasks_max=tasks)
 
 

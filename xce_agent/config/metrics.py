@@ -15,7 +15,6 @@ from pathlib import Path
 from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict
 
-DEBIAN_TEXTFILE_DIR = Path("/var/lib/prometheus/node-exporter")
 _LISTEN = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[0-9.]+|localhost):(\d{1,5})$")
 
 
@@ -25,10 +24,11 @@ class MetricsConfig:
     listen: tuple[str, int] | None = None
 
 
-def parse_metrics(doc: LineDict, c: Checker) -> MetricsConfig | None:
+def parse_metrics(doc: LineDict, c: Checker) -> MetricsConfig:
+    """The section; its default after a reported problem (c.problems tells)."""
     node = c.mapping(doc, "metrics", "", required=False)
     if node is None:
-        return MetricsConfig() if "metrics" not in doc else None
+        return MetricsConfig()
     p = "metrics"
     c.allowed_keys(node, p, ("textfile", "listen"))
     textfile = c.string(node, "textfile", p, required=False)
@@ -40,10 +40,10 @@ def parse_metrics(doc: LineDict, c: Checker) -> MetricsConfig | None:
             describe(textfile),
             c.line_of(node, "textfile"),
         )
-        return None
+        return MetricsConfig()
     listen = _listen(node, c)
     if "listen" in node and listen is None:
-        return None
+        return MetricsConfig()
     return MetricsConfig(Path(textfile) if textfile else None, listen)
 
 

@@ -27,11 +27,13 @@ def parse_probe(node: LineDict, p: str, c: Checker) -> ProbeSpec | None:
     if len(kinds) != 1:
         c.report(pp, "exactly one of exec, tcp, http", f"{len(kinds)} of them", r.line)
         return None
-    timing = (
-        c.duration(r, "initial_delay", pp, default=10.0),
-        c.duration(r, "period", pp, default=10.0, positive=True),
-        c.duration(r, "timeout", pp, default=2.0, positive=True),
-        c.integer(r, "failure_threshold", pp, default=3, minimum=1, maximum=1000),
+    mark = c.mark()
+    base = ProbeSpec(ProbeKind.EXEC)  # its timing is the default one
+    initial = c.duration(r, "initial_delay", pp, default=base.initial_delay)
+    period = c.duration(r, "period", pp, default=base.period, positive=True)
+    timeout = c.duration(r, "timeout", pp, default=base.timeout, positive=True)
+    threshold = c.integer(
+        r, "failure_threshold", pp, default=base.failure_threshold, minimum=1, maximum=1000
     )
     kind = kinds[0]
     probe: ProbeSpec | None = None
@@ -62,11 +64,8 @@ def parse_probe(node: LineDict, p: str, c: Checker) -> ProbeSpec | None:
             )
         elif url is not None:
             probe = ProbeSpec(ProbeKind.HTTP, url=url)
-    if probe is None or None in timing:
+    if probe is None or c.failed_since(mark):
         return None
-    initial, period, timeout, threshold = timing
-    assert initial is not None and period is not None and timeout is not None
-    assert threshold is not None
     return ProbeSpec(
         probe.kind,
         probe.command,

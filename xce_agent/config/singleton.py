@@ -55,21 +55,21 @@ def parse_singleton(
         pattern=_LEASE,
         expected="a lease name (lower-case letters, digits, . _ -, at most 63)",
     )
+    mark = c.mark()
     ttl = c.duration(value, "ttl", path, default=DEFAULT_TTL, minimum=MIN_TTL)
-    if ttl is not None and ttl > MAX_TTL:
+    if ttl > MAX_TTL:
         at = c.line_of(value, "ttl")
         c.report(join_path(path, "ttl"), "a duration of at most 1h", describe(value["ttl"]), at)
-        ttl = None
-    if lease is None or ttl is None:
+    if lease is None or c.failed_since(mark):
         return False, None
     return True, SingletonSpec(lease, ttl)
 
 
 def singleton_stop_timeout(
     spec: SingletonSpec, node: LineDict, p: str, stop_timeout: float, c: Checker
-) -> float | None:
-    """The stop timeout a singleton runs with; None (reported) when the configured one is
-    too long to be dead before the lease can expire."""
+) -> float:
+    """The stop timeout a singleton runs with: the longest that fits after a reported
+    problem (the configured one too long to be dead before the lease can expire)."""
     fits = spec.max_stop_timeout
     if "stop_timeout" not in node:
         return min(stop_timeout, fits)
@@ -83,4 +83,4 @@ def singleton_stop_timeout(
         describe(node["stop_timeout"]),
         c.line_of(node, "stop_timeout"),
     )
-    return None
+    return fits

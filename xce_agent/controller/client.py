@@ -1,5 +1,9 @@
 """HTTP to the controller: bounded requests, every failure turned into a protocol Answer.
 
+With several URLs (`controller.url` as a list of replicas) each request goes to the current
+one and, when it cannot serve, on to the next (xce_protocol/replicas.py says when); the
+credentials are the cluster's, the same at every URL.
+
 Joins carry the join token (`auth_headers`, the configured one) or, without one, the host
 credential; every other call carries the host credential the last join issued (`credential`,
 set by the link), never the join token.
@@ -10,14 +14,17 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 from xce_agent import __version__
 from xce_agent.config.agent import ControllerConfig
-from xce_agent.controller.bounded_http import HttpFailure, Inflight, Target, request
+from xce_agent.controller.bounded_http import HttpFailure, Inflight, Reply, Target, request
 from xce_agent.controller.credential import HostCredential
+from xce_protocol import replicas
 from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, classify
 
 log = logging.getLogger(__name__)
@@ -34,14 +41,21 @@ class ControllerClient:
         config: ControllerConfig,
         me: Identity,
         auth_headers: Callable[[], Mapping[str, str]] | None = None,
+        send: Callable[..., Reply] = request,  # bounded_http.request; tests pass a fake
     ) -> None:
         self.config = config
+        self._send = send
         self.me = me
-        self.target = Target.from_url(config.url)
+        self.urls = config.urls
+        self.targets = tuple(Target.from_url(url) for url in self.urls)
+        self._current = 0  # the URL requests go to first (shared by the link's threads)
+        self._answered = 0  # the URL that last answered, to log a move once
+        self._lock = threading.Lock()
+        self._aborts = 0  # close() calls: a cut request is not tried elsewhere
         self.auth_headers = auth_headers or token_headers(config.token)
         self.credential: HostCredential | None = None
         self.tls: ssl.SSLContext | None = None
-        if self.target.tls:
+        if any(target.tls for target in self.targets):
             cafile = str(config.ca_file) if config.ca_file else None
             self.tls = ssl.create_default_context(cafile=cafile)
         self.inflight = Inflight()
@@ -50,6 +64,11 @@ class ControllerClient:
             "XCE-Protocol": PROTOCOL,
             "Accept": "application/json",
         }
+
+    @property
+    def url(self) -> str:
+        """The URL requests go to now."""
+        return self.urls[self._current]
 
     def _host_headers(self) -> Mapping[str, str]:
         cred = self.credential
@@ -68,16 +87,56 @@ class ControllerClient:
         if payload is not None:
             body = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
+        deadline = time.monotonic() + budget
+        with self._lock:
+            order = replicas.attempts(self._current, len(self.targets))
+            aborts = self._aborts
+        answer = Answer(Outcome.RETRY, "no controller URL")
+        for tried, index in enumerate(order, start=1):
+            remaining = budget if tried == 1 else deadline - time.monotonic()
+            answer, status = self._attempt(index, method, path, headers, body, remaining)
+            if not replicas.moves_on(status):
+                self._answered_by(index)
+                return answer
+            with self._lock:
+                if aborts != self._aborts:  # cut: stopping, or a stuck thread being replaced
+                    return answer
+                self._current = replicas.after_failure(self._current, index, len(self.targets))
+            if not replicas.another_try(deadline - time.monotonic(), tried, len(self.targets)):
+                break
+        return answer
+
+    def _attempt(
+        self,
+        index: int,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes | None,
+        budget: float,
+    ) -> tuple[Answer, int | None]:
+        """One request to one URL: the answer, and its status (None: no answer at all)."""
+        target = self.targets[index]
+        tls = self.tls if target.tls else None
         try:
-            reply = request(
-                self.target, method, path, headers, body, budget, self.tls, self.inflight
-            )
+            reply = self._send(target, method, path, headers, body, budget, tls, self.inflight)
         except HttpFailure as exc:
-            return Answer(Outcome.RETRY, str(exc))
+            where = f" ({self.urls[index]})" if len(self.urls) > 1 else ""
+            return Answer(Outcome.RETRY, f"{exc}{where}"), None
         if 300 <= reply.status < 400:
             where = f" to {reply.location[:120]}" if reply.location else ""
-            return Answer(Outcome.RETRY, f"HTTP {reply.status} redirect{where}: not followed")
-        return classify(reply.status, reply.body, self.me, reply.retry_after)
+            detail = f"HTTP {reply.status} redirect{where}: not followed"
+            return Answer(Outcome.RETRY, detail), reply.status
+        return classify(reply.status, reply.body, self.me, reply.retry_after), reply.status
+
+    def _answered_by(self, index: int) -> None:
+        if index != self._answered:  # a move is logged once, when the new URL first answers
+            log.warning(
+                "controller: now at %s (%s could not serve)",
+                self.urls[index],
+                self.urls[self._answered],
+            )
+            self._answered = index
 
     def join(self, payload: dict[str, Any]) -> Answer:
         auth = self.auth_headers() or self._host_headers()
@@ -121,4 +180,6 @@ class ControllerClient:
 
     def close(self) -> None:
         """Cut every request in progress (the link is stopping or replacing a thread)."""
+        with self._lock:
+            self._aborts += 1
         self.inflight.abort_all()

@@ -3,7 +3,10 @@
 It is what lets an agent restart or a reboot carry on as the same incarnation of the host
 without a second join. It is bound to the host name, the instance id and the controller URL
 it was issued for: a copy under another identity (a reused image, a changed config) is not
-presented, so that host joins afresh with its join token.
+presented, so that host joins afresh with its join token. With a list of URLs (the
+controller's replicas) the credential is the cluster's: it is kept while the config still
+lists the URL it was stored with (the first of the list at the time), whichever replica
+issued it.
 """
 
 from __future__ import annotations
@@ -73,12 +76,12 @@ class CredentialStore:
             log.error("%s: unreadable host credential ignored (%s)", self.path, type(exc).__name__)
             return None
 
-    def load(self, host: str, instance_id: str, url: str) -> HostCredential | None:
+    def load(self, host: str, instance_id: str, urls: tuple[str, ...]) -> HostCredential | None:
         """The stored credential if it was issued to this identity; None otherwise."""
         cred = self.peek()
         if cred is None:
             return None
-        if (cred.host, cred.instance_id, cred.controller_url) != (host, instance_id, url):
+        if (cred.host, cred.instance_id) != (host, instance_id) or cred.controller_url not in urls:
             log.info(
                 "host credential was issued to %s/%s at %s, not this host: joining afresh",
                 cred.host,

@@ -141,7 +141,7 @@ class ControllerLink:
         farewell.final_report(self.client, self.heartbeat_payload, self.stop)
 
     def announce_shutdown(self, notice_payload: dict[str, Any], budget: float) -> None:
-        """The shutdown notice and final report, then ShutdownAnnounced (link_farewell)."""
+        """The shutdown notice and final report, then ShutdownAnnounced (farewell.py)."""
         farewell.announce_shutdown(
             self.client, notice_payload, self.heartbeat_payload, budget, self.clock, self.post
         )

@@ -283,8 +283,29 @@ Action = Union[
 Step = tuple[MembershipState, tuple[Action, ...]]
 
 
+class UnexpectedEvent(Exception):
+    """An event the table below refuses in the host's standing: raised, never absorbed. The
+    agent logs it with reason code unexpected_event and drops it; a test that provokes one
+    fails."""
+
+
+# The controller's answers (and what the link makes of them) come only to an agent that has a
+# controller: in NOT_CONFIGURED every other event is allowed, and these are refused.
+FROM_THE_CONTROLLER: tuple[type, ...] = (Joined, Resumed, ContactOk, ContactLost, Refused)
+FROM_THE_CONTROLLER += (Decommissioned, ConfirmedActive)
+
+
+def allowed(state: MembershipState, event: Event) -> bool:
+    if state.standing is Standing.NOT_CONFIGURED:
+        return not isinstance(event, FROM_THE_CONTROLLER)
+    return True
+
+
 def step(state: MembershipState, event: Event, now: float) -> Step:
-    """Apply one event at wall-clock time `now`."""
+    """Apply one event at wall-clock time `now`; UnexpectedEvent when `allowed` refuses it.
+    A decommissioned host takes every event and acts on none that would start its worker."""
+    if not allowed(state, event):
+        raise UnexpectedEvent(f"{type(event).__name__} while {state.standing.value}")
     if isinstance(event, Boot):
         return _boot(state, event, now)
     if isinstance(event, LinkStalled):
@@ -319,7 +340,9 @@ def step(state: MembershipState, event: Event, now: float) -> Step:
         connected = _stand(state, Standing.CONNECTED, now, reason)
         confirmed = Reason.CONTROLLER_CONFIRMED_ACTIVE
         return connected, tuple(StartRole(r, reason, confirmed) for r in JOIN_FIRST_ROLES)
-    return state, ()  # WorkersDown while a member: supervision restarts them as configured
+    if isinstance(event, WorkersDown):
+        return state, ()  # while a member: supervision restarts them as configured
+    raise UnexpectedEvent(f"{type(event).__name__}: no rule for it")
 
 
 def _notice_actions(

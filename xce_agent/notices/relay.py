@@ -16,30 +16,17 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
-from xce_agent.controller.handoff import reader_of
+from xce_agent.config.notice_file import notice_path
 from xce_agent.supervision.spec import ComponentSpec
+from xce_agent.system.reader import reader_of
 from xce_protocol.atomic_file import write_atomic
 from xce_protocol.notices import Notice, NoticeKind
 
 log = logging.getLogger(__name__)
 
-ENV = "XCE_NOTICE_FILE"
 RELAYED = (NoticeKind.PREEMPTION, NoticeKind.TERMINATION, NoticeKind.MAINTENANCE)
-
-
-def with_notice_file(spec: ComponentSpec, state_directory: Path) -> ComponentSpec:
-    """The spec with XCE_NOTICE_FILE in its environment when it asks for notices."""
-    if spec.notice_signal is None:
-        return spec
-    env = {**spec.environment, ENV: str(notice_path(spec, state_directory))}
-    return replace(spec, environment=env)
-
-
-def notice_path(spec: ComponentSpec, state_directory: Path) -> Path:
-    return state_directory / f"notice-{spec.name}.json"
 
 
 def notice_document(notice: Notice, now: float) -> str:

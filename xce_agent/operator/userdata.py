@@ -33,7 +33,8 @@ class UserData:
 
 
 def agent_config(data: UserData) -> dict[str, object]:
-    controller: dict[str, object] = {"url": data.controller_url}
+    urls = data.controller_url.split(",")  # a comma-separated list: the replicas, in order
+    controller: dict[str, object] = {"url": urls[0] if len(urls) == 1 else urls}
     if data.ca_pem:
         controller["ca_file"] = CA_PATH
     if data.token:

@@ -1,28 +1,56 @@
 """What an operator may ask the running agent: start, stop, restart, reset, reload.
 
 Answers come back over the control socket (control.py). A decommissioned host's worker is
-never started again, whoever asks. `reload` validates the file first and changes nothing
-when it has a problem; otherwise added components are started, removed ones stopped to the
+never started again, whoever asks. The Operator asks the Agent only what `AgentSide` names:
+the supervisor's and the singletons' public verbs, and `apply_reload` for the Agent's own
+config and state, which the Agent alone writes. `reload` validates the file first and changes
+nothing when it has a problem; otherwise added components are started, removed ones stopped to the
 end, and changed ones restarted (only when what they run changed).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
-from xce_agent.config.agent import load_config
-from xce_agent.core.membership import JOIN_FIRST_ROLES, Standing
+from xce_agent.config.agent import AgentConfig, load_config
+from xce_agent.core.membership import JOIN_FIRST_ROLES
 from xce_agent.errors import ConfigError
 from xce_agent.operator.control import Answer
-from xce_agent.singletons.runner import fenced
+from xce_agent.singletons.runner import Singletons, fenced
+from xce_agent.state import Tombstone
 from xce_agent.supervision.machine import Phase
 from xce_agent.supervision.process import digest_of
 from xce_agent.supervision.spec import ComponentSpec
+from xce_agent.supervision.supervisor import Supervisor
 
-if TYPE_CHECKING:
-    from xce_agent.agent import Agent
+
+class AgentSide(Protocol):
+    """What the Operator may ask of the Agent."""
+
+    @property
+    def supervisor(self) -> Supervisor: ...
+
+    @property
+    def singletons(self) -> Singletons: ...
+
+    @property
+    def config(self) -> AgentConfig: ...
+
+    def tombstone(self) -> Tombstone | None: ...
+
+    def connected(self) -> bool:
+        """The host is joined (a worker-role component may start)."""
+        ...
+
+    def request_stop(self, reason: str) -> None: ...
+
+    def prepare_role(self, role: str) -> bool: ...
+
+    def apply_reload(self, config: AgentConfig) -> None:
+        """The reloaded config's components and roles become the Agent's own, saved."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -68,7 +96,7 @@ def singletons_changed(old: Iterable[ComponentSpec], new: Iterable[ComponentSpec
 
 
 class Operator:
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentSide) -> None:
         self.agent = agent
 
     def handle(self, command: str, name: str) -> Answer:
@@ -100,7 +128,7 @@ class Operator:
         return Answer(True, done.get(command, f"{name}: fatal state cleared, starting"))
 
     def _refuse_start(self, spec: ComponentSpec) -> str:
-        tomb = self.agent.state.tombstone
+        tomb = self.agent.tombstone()
         if tomb is not None and (spec.role in JOIN_FIRST_ROLES or spec.singleton is not None):
             # A singleton too: no lease is granted to a decommissioned host.
             return f"{spec.name}: this host was decommissioned ({tomb.reason}); it never starts"
@@ -129,15 +157,13 @@ class Operator:
         for spec in plan.restarted:
             sup.replace(fenced(spec), "config reloaded: its command or settings changed")
         for spec in plan.updated:
-            sup.specs[spec.name] = fenced(spec)
+            sup.update(fenced(spec))
         ignored = [
             key
             for key in ("controller", "instance", "state_directory", "log_level")
             if getattr(new, key) != getattr(agent.config, key)
         ]
-        agent.config = replace(agent.config, components=new.components, roles=new.roles)
-        agent.state = replace(agent.state, roles=new.roles)
-        agent.refresh()
+        agent.apply_reload(new)
         message = "config reloaded: " + (plan.describe() or "no component changed")
         if ignored:
             message += f"; {', '.join(ignored)} changed: restart the agent to apply"
@@ -148,7 +174,7 @@ class Operator:
         if self._refuse_start(spec):
             return
         if spec.role in JOIN_FIRST_ROLES and agent.config.controller is not None:
-            if agent.state.membership.standing is not Standing.CONNECTED:
+            if not agent.connected():
                 return  # started once joined, like the others of its role
             if not agent.prepare_role(spec.role):
                 return

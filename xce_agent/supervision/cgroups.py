@@ -213,14 +213,6 @@ class CgroupTree:
         for leaf in self.leaves(name):
             _kill(leaf)
 
-    def wait_empty(self, name: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.populated(name):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return True
-
     def remove(self, name: str) -> None:
         """Remove the component's leaf (systemd removes a scope once it is empty)."""
         with contextlib.suppress(OSError):

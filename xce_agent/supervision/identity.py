@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from xce_agent.supervision.boot import boot_id, boot_time, same_boot
+from xce_agent.supervision.spec import STOP_SIGNAL, STOP_TIMEOUT
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _DELETED = " (deleted)"  # readlink of /proc/PID/exe once a package upgrade replaced the file
@@ -76,8 +77,8 @@ class ProcessIdentity:
     digest: str = ""
     cgroup: str = ""
     # How to stop it, kept for when its component is no longer in the config.
-    stop_signal: int = 15
-    stop_timeout: float = 10.0
+    stop_signal: int = STOP_SIGNAL
+    stop_timeout: float = STOP_TIMEOUT
     boot_time: float = 0.0  # btime of the boot it started in (see same_boot)
 
     def to_json(self) -> dict[str, object]:
@@ -112,7 +113,10 @@ class ProcessIdentity:
             return None
         if not (isinstance(digest, str) and isinstance(cgroup, str)) or pid <= 0:
             return None
-        stop_signal, stop_timeout = data.get("stop_signal", 15), data.get("stop_timeout", 10.0)
+        stop_signal, stop_timeout = (
+            data.get("stop_signal", STOP_SIGNAL),
+            data.get("stop_timeout", STOP_TIMEOUT),
+        )
         if not isinstance(stop_signal, int) or not isinstance(stop_timeout, (int, float)):
             return None
         if not 0.0 <= float(stop_timeout) <= 7 * 86400.0:  # NaN fails this too

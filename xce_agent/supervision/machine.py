@@ -166,10 +166,35 @@ def next_deadline(state: ComponentState) -> float | None:
     return min(times) if times else None
 
 
+class UnexpectedEvent(Exception):
+    """An event `ALLOWED` does not take in the component's phase. Raised, never absorbed (as
+    h11's machine does): the supervisor logs it with reason code unexpected_event and drops
+    it, and a test that provokes one fails."""
+
+
+_EVERY_PHASE = frozenset(Phase)
+# Where each event may arrive. Commands, timers and probe results (a probe that ran while
+# the component was running may answer after a stop) may come in any phase; a spawn's
+# outcome only while starting; an adoption only to a fresh component; an exit only while a
+# process is tracked (a stale pid's exit is checked against the pid there).
+ALLOWED: dict[type, frozenset[Phase]] = {
+    Start: _EVERY_PHASE,
+    Stop: _EVERY_PHASE,
+    Timer: _EVERY_PHASE,
+    ProbeResult: _EVERY_PHASE,
+    Spawned: frozenset({Phase.STARTING}),
+    SpawnFailed: frozenset({Phase.STARTING}),
+    Adopted: frozenset({Phase.STOPPED}),
+    Exited: frozenset({Phase.RUNNING, Phase.STOPPING}),
+}
+
+
 def step(
     spec: ComponentSpec, state: ComponentState, event: Event, now: float, rand: float = 0.5
 ) -> Transition:
-    """Apply one event at time `now`."""
+    """Apply one event at time `now`; UnexpectedEvent when `ALLOWED` refuses it."""
+    if state.phase not in ALLOWED.get(type(event), frozenset()):
+        raise UnexpectedEvent(f"{type(event).__name__} while {state.phase.value}")
     if isinstance(event, Start):
         return _start(state, now, event.reason, event.code)
     if isinstance(event, Stop):
@@ -188,7 +213,7 @@ def step(
         return _exited(spec, state, event, now, rand)
     if isinstance(event, ProbeResult):
         return _probe_result(spec, state, event, now)
-    return _timer(spec, state, now)
+    return _timer(spec, state, now)  # the table lets nothing else through
 
 
 def _start(state: ComponentState, now: float, reason: str, code: Reason) -> Transition:

@@ -149,9 +149,6 @@ class ProcessRunner:
         self._fds[name] = fds
         self._envs.pop(name, None)
 
-    def extra_env(self, name: str) -> dict[str, str]:
-        return dict(self._extra.get(name, {}))
-
     def forget_env(self, name: str) -> None:
         self._envs.pop(name, None)
 

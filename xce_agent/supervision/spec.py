@@ -7,6 +7,10 @@ import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# How a component is stopped when its config says nothing: the one source of these defaults.
+STOP_SIGNAL = int(signal.SIGTERM)
+STOP_TIMEOUT = 10.0  # seconds from the stop signal to SIGKILL
+
 
 class RestartPolicy(enum.Enum):
     ALWAYS = "always"
@@ -106,8 +110,8 @@ class ComponentSpec:
     group: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
     working_directory: str | None = None
-    stop_signal: int = int(signal.SIGTERM)
-    stop_timeout: float = 10.0
+    stop_signal: int = STOP_SIGNAL
+    stop_timeout: float = STOP_TIMEOUT
     restart: RestartSpec = field(default_factory=RestartSpec)
     liveness: ProbeSpec | None = None
     decommission_exit_codes: frozenset[int] = frozenset()

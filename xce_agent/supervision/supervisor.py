@@ -27,7 +27,14 @@ from xce_agent.supervision.output_reader import OutputReaders
 from xce_agent.supervision.probes import run_probe
 from xce_agent.supervision.process import Handle, ProcessRunner, SpawnError
 from xce_agent.supervision.reactor import Reactor, TimerHandle
-from xce_agent.supervision.spec import ComponentSpec, ProbeSpec, RestartPolicy, RestartSpec
+from xce_agent.supervision.spec import (
+    STOP_SIGNAL,
+    STOP_TIMEOUT,
+    ComponentSpec,
+    ProbeSpec,
+    RestartPolicy,
+    RestartSpec,
+)
 from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
@@ -108,6 +115,11 @@ class Supervisor:
         self._runner.forget_env(spec.name)
         if self._states[spec.name].phase in _BUSY:
             self.restart(spec.name, reason)
+
+    def update(self, spec: ComponentSpec) -> None:
+        """A changed config for a known component that changes only how it is supervised
+        (restart policy, probes, timeouts): taken as it is, the running process kept."""
+        self.specs[spec.name] = spec
 
     def remove(self, name: str, reason: str) -> None:
         """Stop `name` to the end (SIGKILL after its timeout), then forget it."""
@@ -230,8 +242,8 @@ class Supervisor:
             name=name,
             command=command or ("?",),
             restart=RestartSpec(policy=RestartPolicy.NEVER),
-            stop_signal=recorded.stop_signal if recorded else 15,
-            stop_timeout=recorded.stop_timeout if recorded else 10.0,
+            stop_signal=recorded.stop_signal if recorded else STOP_SIGNAL,
+            stop_timeout=recorded.stop_timeout if recorded else STOP_TIMEOUT,
         )
         self.add(spec)
         adopted = recorded is not None and self.adopt(name, recorded, replace_changed=False)
@@ -275,7 +287,12 @@ class Supervisor:
             return
         before = self._states[name]
         now = self.reactor.clock.monotonic()
-        transition = m.step(spec, before, event, now, self._rand())
+        try:
+            transition = m.step(spec, before, event, now, self._rand())
+        except m.UnexpectedEvent as exc:
+            code = Reason.UNEXPECTED_EVENT.value
+            log.error("%s: dropped %s", name, exc, extra={"reason_code": code, "component": name})
+            return
         self._states[name] = transition.state
         self._schedule(name, transition.state)
         for action in transition.actions:

@@ -31,16 +31,6 @@ class SystemdNotifier:
             self._impl.notify(message)
 
 
-class RecordingNotifier:
-    """Keeps every message; for tests and for running in the foreground."""
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    def notify(self, message: str) -> None:
-        self.messages.append(message)
-
-
 def watchdog_interval() -> float | None:
     """Half of WATCHDOG_USEC in seconds when the watchdog is meant for this process."""
     usec = os.environ.get("WATCHDOG_USEC")

@@ -119,6 +119,36 @@ def _loopback(host: str) -> bool:
 
 
 @main.command()
+@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.argument("out", type=click.Path(path_type=Path))
+def backup(db: Path, out: Path) -> None:
+    """Copy the database to OUT while it serves; the copy is checked by replay."""
+    from xce_controller.store import backup as b
+
+    try:
+        checked = b.backup(db, out)
+    except b.BackupError as exc:
+        raise XceError(str(exc)) from None
+    click.echo(f"{out}: backup of {db} ({checked})")
+
+
+@main.command()
+@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.argument("source", type=click.Path(path_type=Path))
+def restore(db: Path, source: Path) -> None:
+    """Put a backup in place of the database (its controller stopped)."""
+    from xce_controller.store import backup as b
+
+    try:
+        checked = b.restore(source, db)
+    except b.BackupError as exc:
+        raise XceError(str(exc)) from None
+    kept = db.with_name(db.name + b.BEFORE_RESTORE)
+    before = f"; the database before is in {kept}" if kept.exists() else ""
+    click.echo(f"{db}: restored from {source} ({checked}){before}")
+
+
+@main.command()
 @click.option("--config", "config_file", type=click.Path(path_type=Path))
 def validate(config_file: Path | None) -> None:
     """Check a cluster config; print every problem or "ok"."""

@@ -35,13 +35,12 @@ class ApiClient(Protocol):
     session: requests.Session
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any: ...
+    def send(self, method: str, path: str, **kwargs: Any) -> requests.Response: ...
 
 
 def _stream(client: ApiClient, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Events from one connection; raises requests errors, ends when the server ends it."""
-    with client.session.get(
-        client.url + "/v1/events", params=params, stream=True, timeout=(10, 60)
-    ) as response:
+    with client.send("GET", "/v1/events", params=params, stream=True, timeout=(10, 60)) as response:
         if response.status_code >= 400:
             client.call("GET", "/v1/events", params={**params, "follow": "false"})
             raise click.ClickException(f"{response.status_code} from /v1/events")

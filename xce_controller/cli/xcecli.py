@@ -11,31 +11,53 @@ import json
 import os
 import sys
 import time
+import urllib.parse
 from typing import Any
 
 import click
 import requests
+from urllib3.exceptions import NewConnectionError
 
 from xce_controller.cli.client_errors import ControllerRefused, ControllerUnreachable
 from xce_controller.cli.observe import events, printable, why
 from xce_controller.core.model import AdminAction, HostState
-from xce_protocol import names
+from xce_protocol import names, replicas
 from xce_protocol.errors import UsageError
 from xce_protocol.exits import ErrorExits
 
 
+def controller_urls(text: str) -> list[str]:
+    """--url: one URL or a comma-separated list of the controller's replicas."""
+    urls = [part.strip().rstrip("/") for part in text.split(",")]
+    for url in urls:
+        try:
+            host = urllib.parse.urlsplit(url).hostname
+        except ValueError:  # an unclosed [ of an IPv6 address
+            host = None
+        if not url.startswith(("http://", "https://")) or not host:
+            shown = printable(url)[:200]
+            raise UsageError(f"--url: expected http(s) URLs separated by commas, got {shown!r}")
+    return urls
+
+
 class Client:
     def __init__(self, url: str, token: str) -> None:
-        self.url = url.rstrip("/")
+        self.urls = controller_urls(url)
+        self.current = 0
         self.session = requests.Session()
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
+    @property
+    def url(self) -> str:
+        return self.urls[self.current]
+
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            response = self.session.request(method, self.url + path, timeout=30, **kwargs)
+            response = self.send(method, path, timeout=30, **kwargs)
         except requests.RequestException as exc:
-            raise ControllerUnreachable(f"cannot reach {self.url}: {type(exc).__name__}") from None
+            where = ", ".join(self.urls)
+            raise ControllerUnreachable(f"cannot reach {where}: {type(exc).__name__}") from None
         try:
             body = response.json()
         except ValueError:
@@ -45,6 +67,33 @@ class Client:
             line = printable(str(message))[:300]  # one line: control characters escaped
             raise ControllerRefused(f"{response.status_code}: {line}")
         return body
+
+    def send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """The answer of the first URL that can serve, trying each once from the current
+        one (replicas.moves_on); the last URL's answer or failure when none can."""
+        order = replicas.attempts(self.current, len(self.urls))
+        for index in order:
+            last = index == order[-1]
+            try:
+                response = self.session.request(method, self.urls[index] + path, **kwargs)
+            except requests.RequestException as exc:
+                # A change whose connection broke once sent may have been made: not sent again.
+                if last or (method != "GET" and not _unsent(exc)):
+                    raise
+                continue
+            if last or not replicas.moves_on(response.status_code):
+                self.current = index
+                return response
+            response.close()
+        raise AssertionError("unreachable: the last URL answers or raises")
+
+
+def _unsent(exc: requests.RequestException) -> bool:
+    """The request never reached a server: no connection could be made."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and isinstance(reason, NewConnectionError)
 
 
 def _when(ts: float | None, now: float | None = None) -> str:
@@ -73,7 +122,7 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     envvar="XCE_CONTROLLER_URL",
     default="http://127.0.0.1:7870",
     show_default=True,
-    help="Controller URL ($XCE_CONTROLLER_URL).",
+    help="Controller URL, or its replicas' URLs separated by commas ($XCE_CONTROLLER_URL).",
 )
 @click.option(
     "--token", envvar="XCE_ADMIN_TOKEN", default="", help="Admin token ($XCE_ADMIN_TOKEN)."

@@ -9,7 +9,6 @@ from xce_controller.core.model import (
     Change,
     Drain,
     DrainPolicy,
-    Fact,
     Host,
     HostNotice,
     HostState,
@@ -156,7 +155,3 @@ def job_from_json(d: dict[str, Any]) -> Job:
         requeues=d["requeues"],
         note=d["note"],
     )
-
-
-def fact_to_json(fact: Fact) -> dict[str, Any]:
-    return {"kind": fact.kind, "at": fact.at, "by": fact.by, "data": fact.data}

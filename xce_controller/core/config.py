@@ -122,10 +122,12 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     policy = c.choice(
         defaults, "drain_policy", "defaults", [p.value for p in DrainPolicy], default="requeue"
     )
+    timers = c.mark()  # the relations below are checked only between values that parsed
     interval = c.duration(doc, "heartbeat_interval", "", default=10.0, positive=True)
     grace = c.duration(doc, "host_loss_grace", "", default=60.0, positive=True)
     backoff = c.duration(doc, "agent_max_restart_backoff", "", default=30.0)
     allowance = c.duration(doc, "rejoin_allowance", "", default=10.0)
+    timers_ok = not c.failed_since(timers)
     unmatched = c.choice(
         doc, "unmatched_joins", "", [u.value for u in UnmatchedJoins], default="accept"
     )
@@ -133,24 +135,21 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
     on_fatal = c.choice(doc, "on_worker_fatal", "", ("close", "replace"), default="close")
     admin, provisioner, join, read = _auth(doc, c)
     max_body, read_timeout = _limits(doc, c)
-    if None not in (grace, backoff, allowance, interval):
-        assert grace is not None and backoff is not None and allowance is not None
-        assert interval is not None
-        if grace <= backoff + allowance:
-            c.report(
-                "host_loss_grace",
-                f"a duration longer than agent_max_restart_backoff + rejoin_allowance "
-                f"({backoff + allowance:g}s), so a restarting worker is not taken for lost",
-                describe(doc.get("host_loss_grace", grace)),
-                c.line_of(doc, "host_loss_grace"),
-            )
-        if grace <= interval:
-            c.report(
-                "host_loss_grace",
-                f"a duration longer than heartbeat_interval ({interval:g}s)",
-                describe(doc.get("host_loss_grace", grace)),
-                c.line_of(doc, "host_loss_grace"),
-            )
+    if timers_ok and grace <= backoff + allowance:
+        c.report(
+            "host_loss_grace",
+            f"a duration longer than agent_max_restart_backoff + rejoin_allowance "
+            f"({backoff + allowance:g}s), so a restarting worker is not taken for lost",
+            describe(doc.get("host_loss_grace", grace)),
+            c.line_of(doc, "host_loss_grace"),
+        )
+    if timers_ok and grace <= interval:
+        c.report(
+            "host_loss_grace",
+            f"a duration longer than heartbeat_interval ({interval:g}s)",
+            describe(doc.get("host_loss_grace", grace)),
+            c.line_of(doc, "host_loss_grace"),
+        )
     if (
         templates is not None
         and unmatched == UnmatchedJoins.ACCEPT.value
@@ -162,11 +161,9 @@ def _parse(doc: LineDict, c: Checker) -> ClusterConfig | None:
             "nothing",
             c.line_of(doc, "templates"),
         )
-    values = (join_deadline, drain_timeout, interval, grace, backoff, allowance)
-    if c.problems or templates is None or policy is None or unmatched is None or notices is None:
+    nums = (join_deadline, drain_timeout, interval, grace, backoff, allowance)
+    if c.problems or templates is None or notices is None:
         return None
-    assert on_fatal is not None
-    nums = [float(v) for v in values if v is not None]
     return ClusterConfig(
         templates,
         nums[0],
@@ -239,10 +236,8 @@ def _template(name: str, body: LineDict, p: str, c: Checker) -> Template | None:
                 describe(role),
                 c.line_of(body, "roles"),
             )
-    if None in (kind, model, slots, groups, windows, roles):
-        return None
-    assert slots is not None and groups is not None and windows is not None
-    assert roles is not None and kind is not None and model is not None
+    if kind is None or model is None or groups is None or windows is None or roles is None:
+        return None  # each reported its problem
     return Template(
         name, kind, model, slots, dict(resources or {}), tuple(groups), tuple(windows), tuple(roles)
     )

@@ -18,7 +18,6 @@ from xce_controller.core.model import AdminAction, Cluster, Fact, Host, HostStat
 from xce_protocol.reasons import Reason
 
 WORKER_FATAL = "worker crash loop"  # the reason a host closed here starts with this
-POLICIES = ("close", "replace")
 
 
 def _workers(components: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

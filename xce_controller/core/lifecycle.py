@@ -174,23 +174,7 @@ def ack_return(cluster: Cluster, now: float, by: str, instance_id: str) -> list[
     ]
 
 
-# --- joins and heartbeats (who may join or speak for a host: joining.py) ---------------
-
-
-def join(
-    cluster: Cluster, cfg: ClusterConfig, now: float, req: JoinRequest
-) -> tuple[Host, list[Fact]]:
-    """The host the request joins as, and the facts; Refused when it may not join."""
-    from xce_controller.core import joining  # joining builds on this module's Refused and facts
-
-    return joining.join(cluster, cfg, now, req)
-
-
-def check_agent(cluster: Cluster, name: str, token: str, now: float = 0.0) -> Host:
-    """The host an agent speaks for on heartbeat/watch; Refused if it may not."""
-    from xce_controller.core import joining
-
-    return joining.speaker(cluster, now, name, token)[0]
+# --- heartbeats (joins, and who may speak for a host: joining.py) ---------------------
 
 
 def returned_state(host: Host) -> HostState:

@@ -14,7 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from xce_controller.core import credentials
 from xce_controller.core import lifecycle as lc
-from xce_controller.http import observe as observe_api
+from xce_controller.http import sessions
 from xce_controller.http.schemas import ErrorBody
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -112,7 +112,7 @@ def viewer(
     """The admin or read-only token, as a bearer or the status page's cookie."""
     token = token_of(admin)
     ctl = request.app.state.controller
-    role = observe_api.viewer_role(ctl, request, f"Bearer {token}" if token else None)
+    role = sessions.viewer_role(ctl, request, f"Bearer {token}" if token else None)
     if not role:
         raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
     return role

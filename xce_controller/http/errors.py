@@ -1,7 +1,7 @@
 """The API's answers to errors: one JSON shape (error, code, message, protocol) for a refusal,
 a storage outage, a bad request, an unknown path or method, and an internal error.
 
-Each refusal is counted by its reason code (observe_api.refused) before it is answered.
+Each refusal is counted by its reason code (observe.refused) before it is answered.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.http import observe as observe_api
-from xce_controller.service import PROTOCOL
 from xce_controller.store.sqlite import StorageUnavailable
+from xce_protocol.protocol import PROTOCOL
 from xce_protocol.reasons import Reason, refusal
 
 

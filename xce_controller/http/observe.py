@@ -16,53 +16,14 @@ from typing import Any, Optional
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from xce_controller.core import credentials
-from xce_controller.core import lifecycle as lc
 from xce_controller.http.events import MAX_SEQ, EventHub
 from xce_controller.http.metrics import LatencyMiddleware, Metrics
+from xce_controller.http.sessions import check_viewer
+from xce_controller.http.ui import install_ui
 from xce_controller.http.ui_sessions import Sessions
 from xce_controller.service import Controller
 
-COOKIE = "xce_session"
 NDJSON = "application/x-ndjson"
-
-
-def viewer_tokens(ctl: Controller) -> dict[str, str]:
-    """The token of each role that may view: admin and reader."""
-    return {"admin": ctl.cfg.admin_token, "reader": ctl.cfg.read_token}
-
-
-def role_of(ctl: Controller, token: str) -> str:
-    """The viewing role `token` is ("" for none)."""
-    return next((r for r, t in viewer_tokens(ctl).items() if credentials.same(token, t)), "")
-
-
-def allowed(ctl: Controller, token: str) -> bool:
-    return bool(role_of(ctl, token))
-
-
-def sessions(request: Request) -> Sessions:
-    found: Sessions = request.app.state.sessions
-    return found
-
-
-def viewer_role(ctl: Controller, request: Request, authorization: Optional[str]) -> str:
-    """The role a request views as: by a bearer token, else by the page's session cookie;
-    "" for none."""
-    if authorization and authorization.lower().startswith("bearer "):
-        return role_of(ctl, authorization[7:].strip())
-    return sessions(request).role(request.cookies.get(COOKIE, ""), viewer_tokens(ctl))
-
-
-def signed_in(ctl: Controller, request: Request, authorization: Optional[str]) -> bool:
-    """The request carries a viewer's bearer token, or the page's cookie for one."""
-    return bool(viewer_role(ctl, request, authorization))
-
-
-def check_viewer(request: Request, authorization: Optional[str]) -> None:
-    ctl: Controller = request.app.state.controller
-    if not signed_in(ctl, request, authorization):
-        raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
 
 
 def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
@@ -98,8 +59,6 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
         one as it is committed (an idle stream sends a blank line every 15 s)."""
         admin = by == "admin"  # boot ids are the admin's to see (events.ADMIN_ONLY)
         return StreamingResponse(_ndjson(hub, since, host, follow, admin), media_type=NDJSON)
-
-    from xce_controller.http.ui import install_ui
 
     install_ui(app, ctl, hub)
 

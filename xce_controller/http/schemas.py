@@ -317,6 +317,12 @@ class TemplateUse(TemplateBody):
     hosts: int = Field(description="live hosts (expected or joined) using the template")
 
 
+class HealthAnswer(BaseModel):
+    protocol: str
+    status: str  # ok, or stopping (503)
+    storage: str  # ok, or unavailable (writes fail at the moment)
+
+
 class InfoAnswer(BaseModel):
     protocol: str
     heartbeat_interval: float

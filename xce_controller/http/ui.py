@@ -20,6 +20,7 @@ from xce_controller.core.model import TERMINAL, Host
 from xce_controller.core.story import story
 from xce_controller.http import ui_render as r
 from xce_controller.http.events import MAX_SEQ, EventHub
+from xce_controller.http.sessions import COOKIE, role_of, signed_in, store, viewer_role
 from xce_controller.http.ui_sessions import SESSION_TTL, same_origin
 from xce_controller.service import Controller
 
@@ -48,8 +49,6 @@ def view(ctl: Controller, host: Host) -> dict[str, Any]:
 
 
 def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
-    from xce_controller.http.observe import COOKIE, role_of, sessions, signed_in, viewer_role
-
     def html(text: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(text, status_code=status, headers=HEADERS)
 
@@ -69,7 +68,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
     async def login(request: Request) -> Response:
         if not same_origin(request.headers.get("origin"), request.headers.get("host")):
             return html(r.login_page("Sign in from this page, not another site's."), 403)
-        wait = sessions(request).attempt(request.client.host if request.client else "")
+        wait = store(request).attempt(request.client.host if request.client else "")
         if wait:
             page = html(r.login_page("Too many attempts: wait a minute and try again."), 429)
             page.headers["Retry-After"] = str(max(1, round(wait)))
@@ -83,7 +82,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         answer = RedirectResponse("/ui", status_code=303)
         answer.set_cookie(
             COOKIE,
-            sessions(request).open(role, token),
+            store(request).open(role, token),
             max_age=int(SESSION_TTL),
             httponly=True,
             samesite="strict",
@@ -95,7 +94,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
     @app.post("/ui/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
         # SameSite=strict keeps other sites' posts from carrying the cookie here.
-        sessions(request).close(request.cookies.get(COOKIE, ""))
+        store(request).close(request.cookies.get(COOKIE, ""))
         answer = RedirectResponse("/ui/login", status_code=303)
         answer.delete_cookie(COOKIE, path="/ui")
         return answer

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from xce_controller.core import deadlines, notices
+from xce_controller.core import deadlines, joining, notices
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.facts import apply
@@ -272,7 +272,7 @@ class Simulation:
         if self.cluster.hosts[key].state is not HostState.EXPECTED:
             return  # overdue already: the provisioner is returning it
         req = lc.JoinRequest(name=f"node{index:06d}", instance_id=key)
-        _, facts = lc.join(self.cluster, self.cfg, self.now, req)
+        _, facts = joining.join(self.cluster, self.cfg, self.now, req)
         self.commit(facts)
         for _ in range(self.spec.jobs_per_host):
             self._run_job(key)

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from xce_controller.core import deadlines, notices
+from xce_controller.core import deadlines, joining, notices
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig, Template
@@ -94,7 +94,7 @@ class SpotRun:
     def _new_host(self) -> None:
         name = f"spot{next(self.serial)}"
         req = lc.JoinRequest(name=name, boot_id=name)
-        host, facts = lc.join(self.cluster, self.cfg, self.now, req)
+        host, facts = joining.join(self.cluster, self.cfg, self.now, req)
         self.commit(facts)
         rate = self.spec.interruptions_per_host_hour / 3600
         if rate > 0:
