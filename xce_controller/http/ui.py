@@ -16,7 +16,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.codec import host_to_json
-from xce_controller.core.model import TERMINAL, Host
+from xce_controller.core.model import Host
 from xce_controller.core.story import story
 from xce_controller.http import ui_render as r
 from xce_controller.http.events import MAX_SEQ, EventHub
@@ -112,10 +112,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         if not signed_in(ctl, request, authorization):
             return RedirectResponse("/ui/login", status_code=303)
         now = ctl.clock()
-        # As `xcecli hosts`: the hosts gone for good only when asked for (all, or their state).
-        gone = () if all or state in {s.value for s in TERMINAL} else TERMINAL
-        shown = [h for h in ctl.cluster.hosts.values() if h.state not in gone]
-        hosts = sorted(shown, key=lambda h: h.name or h.key)
+        hosts = sorted(ctl.cluster.hosts.values(), key=lambda h: h.name or h.key)
         main = r.overview(
             [view(ctl, h) for h in hosts],
             [view(ctl, h) for h in lc.to_return(ctl.cluster)],

@@ -150,8 +150,13 @@ def overview(
     return "".join(parts)
 
 
+GONE = ("decommissioned", "returned")  # listed only when asked for, as by `xcecli hosts`
+
+
 def _matches(host: dict[str, Any], f: dict[str, str]) -> bool:
     if f.get("state") and host["state"] != f["state"]:
+        return False
+    if not f.get("state") and not f.get("all") and host["state"] in GONE:
         return False
     if f.get("template") and host["template"] != f["template"]:
         return False
