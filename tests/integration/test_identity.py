@@ -266,6 +266,9 @@ def test_bodies_are_bounded_before_they_are_read(api: Api) -> None:
         api.ctl.url + "/v1/hosts/b1/heartbeat", data=chunks(), headers=bearer(cred), timeout=30
     )
     assert r.status_code == 413
+    # The shape of every other error (before: no `code`).
+    assert set(r.json()) == {"error", "code", "message", "protocol"}
+    assert r.json()["code"] == "refused_too_large"
     many = {f"r{i}": i for i in range(33)}
     assert api.join({"host": "b4", "resources": many}).status_code == 422
     assert api.join({"host": "b4", "resources": {"gpu": {"deep": [1]}}}).status_code == 422

@@ -18,6 +18,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from xce_controller.http.events import MAX_SEQ, EventHub
 from xce_controller.http.metrics import LatencyMiddleware, Metrics
+from xce_controller.http.schemas import ErrorBody
 from xce_controller.http.sessions import check_viewer
 from xce_controller.http.ui import install_ui
 from xce_controller.http.ui_sessions import Sessions
@@ -44,7 +45,10 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
     @app.get(
         "/v1/events",
         response_class=StreamingResponse,
-        responses={200: {"content": {NDJSON: {}}, "description": "one JSON event per line"}},
+        responses={
+            200: {"content": {NDJSON: {}}, "description": "one JSON event per line"},
+            **{code: {"model": ErrorBody} for code in (401, 413, 422)},
+        },
     )
     async def events(
         request: Request,
