@@ -104,3 +104,14 @@ def test_a_new_instance_under_a_decommissioned_name_gets_name_decommissioned() -
     assert w.refused("d3", "i-old", token="old-instance-token-01").status == 410
     w.expect("i-new", "d3")  # expected under the name, the new instance may take it
     assert w.join("d3", "i-new")
+
+
+def test_the_agents_provider_reaches_an_expected_record_that_named_none() -> None:
+    """Before: shown `-` unless `expect --provider` was given."""
+    w = World()
+    w.expect("i-1", "n1")
+    secret = w.join_with(lc.JoinRequest(name="n1", instance_id="i-1", provider="aws"))
+    assert secret and w.cluster.hosts["i-1"].provider == "aws"
+    w.commit(lc.expect(w.cluster, w.cfg, 0.0, "p", "i-2", "default", "n2", provider="gcp"))
+    w.join_with(lc.JoinRequest(name="n2", instance_id="i-2", provider="aws"))
+    assert w.cluster.hosts["i-2"].provider == "gcp"  # the provisioner's word stands

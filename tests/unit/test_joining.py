@@ -44,6 +44,14 @@ class World:
         self.commit(facts)
         return secret
 
+    def join_with(self, req: lc.JoinRequest) -> str:
+        """Join with a request of the test's own (the cluster token and a new credential)."""
+        secret = credentials.mint()
+        full = replace(req, token=req.token or self.cfg.join_token, issue=credentials.seal(secret))
+        _, facts = joining.join(self.cluster, self.cfg, self.now, full)
+        self.commit(facts)
+        return secret
+
     def refused(self, name: str, iid: str = "", **kw: str) -> lc.Refused:
         with pytest.raises(lc.Refused) as info:
             self.join(name, iid, **kw)

@@ -196,6 +196,32 @@ def _host_rows(hosts: list[dict[str, Any]]) -> str:
     return _table(rows, header)
 
 
+def last_report(h: dict[str, Any]) -> str:
+    """The agent's last report, short: its state and each component's, and when."""
+    report = h.get("report")
+    if not report:
+        return "-"
+    parts = [f"{c.get('name', '?')} {c.get('state', '?')}" for c in report.get("components", [])]
+    shown = ", ".join([str(report.get("agent_state", "-")), *parts])
+    return f"{shown[:60]} at {_when(report.get('at'))}"
+
+
+def _return_rows(hosts: list[dict[str, Any]]) -> str:
+    """The to-return list: each instance with the agent's last report (worker stopped)."""
+    rows = [
+        [
+            h["instance_id"] or "-",
+            h["name"] or h["expected_name"] or h["expected_address"] or "-",
+            h["state"],
+            _notice(h),
+            last_report(h),
+            h["reason"] + _code(h),
+        ]
+        for h in hosts
+    ]
+    return _table(rows, ["INSTANCE", "HOST", "STATE", "NOTICE", "LAST REPORT", "REASON"])
+
+
 @main.command()
 @click.option("--all", "show_all", is_flag=True, help="Include decommissioned and returned.")
 @click.option("--json", "as_json", is_flag=True)
@@ -350,7 +376,7 @@ def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
         click.echo(f"{h['instance_id']}: {h['state']}")
         return
     data = client.call("GET", "/v1/to-return")
-    _out(data, as_json, _host_rows(data))
+    _out(data, as_json, _return_rows(data))
 
 
 @main.command()

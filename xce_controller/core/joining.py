@@ -199,7 +199,9 @@ def _join_new(
 
 def _accepted(now: float, req: JoinRequest, record: Host) -> Fact:
     if record.state in WAITING:
-        return _joined(now, req, record, record.template, True, record.provider, record.instance_id)
+        # The provider the provisioner named, else the one the agent says it runs on.
+        provider = record.provider or req.provider[:253]
+        return _joined(now, req, record, record.template, True, provider, record.instance_id)
     if record.state is HostState.LOST:
         joined = _joined(
             now,
