@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from xce_controller.cli.xcecli import _when
 
@@ -18,9 +19,9 @@ def test_to_return_shows_the_agents_last_report() -> None:
     """Before: the table had no word of it, though the README promises it."""
     from xce_controller.cli.xcecli import _return_rows
 
-    host = {
-        "instance_id": "i-1", "name": "n1", "expected_name": "", "expected_address": "", "notice": None,
-        "state": "decommissioned", "reason": "scale in", "history": [],
+    host: dict[str, Any] = {
+        "instance_id": "i-1", "name": "n1", "expected_name": "", "expected_address": "",
+        "notice": None, "state": "decommissioned", "reason": "scale in", "history": [],
         "report": {"agent_state": "decommissioned", "at": time.time(),
                    "components": [{"name": "worker", "state": "stopped"}]},
     }  # fmt: skip
