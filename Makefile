@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench lease-soak clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml | system-deps
 	touch $@
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check xce_protocol xce_agent xce_controller tests bench packaging/python
-	$(VENV)/bin/ruff format --check xce_protocol xce_agent xce_controller tests bench packaging/python
+	$(VENV)/bin/ruff check xce_protocol xce_agent xce_controller xce_provisioner tests bench packaging/python
+	$(VENV)/bin/ruff format --check xce_protocol xce_agent xce_controller xce_provisioner tests bench packaging/python
 	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
@@ -35,6 +35,10 @@ test: lint typecheck $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/xce-agent demo
+
+# The on-premise story: a Redfish emulator, xce-provisioner powering a machine on and off.
+demo-onprem: $(STAMP)
+	$(VENV)/bin/xce-controller demo --onprem
 
 BENCH_VENV := bench/.venv
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Build the .debs (python3-xce-protocol, xce-agent, xce-controller) from the tracked files of
+# Build the .debs (python3-xce-protocol, xce-agent, xce-controller, xce-provisioner) from the tracked files of
 # this tree in a scratch copy; print their paths, one a line.
 # usage: packaging/build-deb.sh OUTDIR
 set -eu
@@ -15,4 +15,5 @@ cp -r "$top/packaging/debian" "$work/xce-agent/debian"
 (cd "$work/xce-agent" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin \
     dpkg-buildpackage -us -uc -b >"$work/build.log" 2>&1) || { tail -40 "$work/build.log" >&2; exit 1; }
 cp "$work"/*.deb "$work"/*.changes "$work"/*.buildinfo "$out"/
-ls "$out"/python3-xce-protocol_*_all.deb "$out"/xce-agent_*_all.deb "$out"/xce-controller_*_all.deb
+ls "$out"/python3-xce-protocol_*_all.deb "$out"/xce-agent_*_all.deb "$out"/xce-controller_*_all.deb \
+    "$out"/xce-provisioner_*_all.deb

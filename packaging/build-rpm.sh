@@ -1,6 +1,6 @@
 #!/bin/sh
-# Build the noarch RPMs (xce-agent, xce-controller, python3-xce-protocol) from the tracked files
-# of this tree; print their paths, one a line.
+# Build the noarch RPMs (xce-agent, xce-controller, xce-provisioner, python3-xce-protocol)
+# from the tracked files of this tree; print their paths, one a line.
 # usage: packaging/build-rpm.sh OUTDIR
 #
 # On Debian's rpm this targets the Python of RHEL 9 and Amazon Linux 2023 (3.9): the modules go
@@ -27,4 +27,4 @@ env PATH=/usr/sbin:/usr/bin:/sbin:/bin rpmbuild -bb --nodeps \
     { tail -40 "$work/build.log" >&2; exit 1; }
 cp "$work"/RPMS/noarch/*.rpm "$out"/
 ls "$out"/xce-agent-[0-9]*.noarch.rpm "$out"/xce-controller-[0-9]*.noarch.rpm \
-    "$out"/python3-xce-protocol-[0-9]*.noarch.rpm
+    "$out"/xce-provisioner-[0-9]*.noarch.rpm "$out"/python3-xce-protocol-[0-9]*.noarch.rpm

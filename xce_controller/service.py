@@ -18,7 +18,16 @@ from typing import Any
 
 from xce_controller import collector
 from xce_controller.clock import SteadyClock
-from xce_controller.core import addressing, crash, credentials, deadlines, joining, notices, tokens
+from xce_controller.core import (
+    addressing,
+    crash,
+    credentials,
+    deadlines,
+    joining,
+    notices,
+    power,
+    tokens,
+)
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig
@@ -483,6 +492,33 @@ class Controller:
     def ack_return(self, by: str, instance_id: str) -> Host:
         self.commit(lc.ack_return(self.cluster, self.clock(), by, instance_id))
         return self.cluster.hosts[instance_id]
+
+    def provisioned_hosts(self) -> list[Host]:
+        hosts = [h for h in self.cluster.hosts.values() if h.provisioned]
+        return sorted(hosts, key=lambda h: h.key)
+
+    def retire(self, by: str, instance_id: str, why: str, drain_timeout: float | None) -> Host:
+        """The provisioner decommissions one of its own instances (its idle policy): a drain
+        like an admin's, for a provisioned record only, named by its instance id."""
+        host = self.cluster.by_instance(instance_id)
+        if host is None or not host.provisioned:
+            raise lc.Refused("not_found", 404, f"no provisioned instance {instance_id}")
+        now = self.clock()
+        action = AdminAction.DECOMMISSION
+        self.commit(
+            lc.control(self.cluster, self.cfg, now, by, host, action, drain_timeout, None, why)
+        )
+        return self.cluster.hosts[host.key]
+
+    def power_step(self, by: str, report: power.PowerReport) -> Host:
+        """Record a provisioner's power step (core/power.py), fenced by its lease."""
+        if report.lease:
+            held = self.leases.book.get(report.lease)
+            power.check_lease(report, held.token, held.live(self.leases.monotonic()))
+        self.commit(power.report(self.cluster, self.clock(), by, report))
+        found = self.cluster.by_instance(report.instance_id)
+        assert found is not None  # power.report refused an unknown one
+        return found
 
     # --- admin ------------------------------------------------------------------------
     def listed_hosts(self, everything: bool) -> list[Host]:

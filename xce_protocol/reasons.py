@@ -74,6 +74,7 @@ class Reason(str, enum.Enum):
     REFUSED_LEASE_LIMIT = "refused_lease_limit"  # a new lease, and the controller keeps its most
     REFUSED_LEASE_HOST_LIMIT = "refused_lease_host_limit"  # a new lease, and the host has its most
     REFUSED_AMBIGUOUS = "refused_ambiguous"  # a host reference that fits several records
+    REFUSED_STALE_LEASE = "refused_stale_lease"  # a power report under a lease token not current
     REFUSED_OTHER = "refused_other"  # a refusal kind newer than this catalogue
     # --- components on the host (agent) ---------------------------------------------------
     COMPONENT_STARTED = "component_started"  # started on request (boot, join, operator)
@@ -105,6 +106,23 @@ class Reason(str, enum.Enum):
     LEASE_NOT_RENEWED = "lease_not_renewed"  # no renewal by ttl - margin: singleton stopped
     LEASE_LOST = "lease_lost"  # the controller says another holder has it: singleton stopped
     LEASE_NOT_HELD = "lease_not_held"  # a singleton found running without a hold: stopped
+    # --- power (the provisioner: each step it takes on a machine, and why) ------------------
+    POWER_ON_EXPECTED = "power_on_expected"  # expected and powered off: powered on
+    POWER_OFF_RETURN = "power_off_return"  # to give back: graceful shutdown
+    POWER_OFF_FORCED = "power_off_forced"  # the graceful shutdown timed out: forced off
+    POWER_CYCLE_OVERDUE = "power_cycle_overdue"  # repair step 1: overdue, power cycled once
+    POWER_OFF_OVERDUE = "power_off_overdue"  # repair step 2: still overdue, powered off
+    POWER_CONFIRMED = "power_confirmed"  # the machine reached the power state asked for
+    POWER_GAVE_UP = "power_gave_up"  # the power state was not reached after the last attempt
+    POWER_OFF_EXCLUDED = "power_off_excluded"  # not powered off: in a state the operator excluded
+    BMC_UNREACHABLE = "bmc_unreachable"  # no connection to the BMC (refused, reset, DNS)
+    BMC_TIMEOUT = "bmc_timeout"  # the BMC did not answer in time
+    BMC_TLS_FAILED = "bmc_tls_failed"  # the BMC's certificate did not verify
+    BMC_AUTH_FAILED = "bmc_auth_failed"  # the BMC refused the credentials (401, 403)
+    BMC_NOT_FOUND = "bmc_not_found"  # the BMC has no such system (404)
+    BMC_REFUSED = "bmc_refused"  # the BMC refused the request (another 4xx)
+    BMC_FAILED = "bmc_failed"  # the BMC answered a server error (5xx)
+    BMC_BAD_ANSWER = "bmc_bad_answer"  # the BMC's answer was malformed, too large or unknown
 
 
 def refusal(kind: str) -> Reason:

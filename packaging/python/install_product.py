@@ -4,12 +4,12 @@
 usage: install_product.py PRODUCT --destdir DIR --purelib DIR [--scripts DIR]
        [--interpreter PATH] [--installer NAME] [--wheel-dir DIR]
 
-PRODUCT is a directory name under packaging/python/ (xce-protocol, xce-agent, xce-controller):
-its pyproject.toml names the product, its version, dependencies and entry points, and its
-import package is the product name with '_' for '-'. The wheel holds that package only and
-is installed with the `installer` library into DESTDIR under an explicit scheme, so a .deb
-or an .rpm carries exactly its own modules, entry points and RECORD, for whichever Python
-the scheme names (the RPM's python3.9 site-packages, Debian's dist-packages).
+PRODUCT is a directory name under packaging/python/ (xce-protocol, xce-agent, xce-controller,
+xce-provisioner): its pyproject.toml names the product, its version, dependencies and entry
+points, and its import package is the product name with '_' for '-'. The wheel holds that
+package only and is installed with the `installer` library into DESTDIR under an explicit
+scheme, so a .deb or an .rpm carries exactly its own modules, entry points and RECORD, for
+whichever Python the scheme names (the RPM's python3.9 site-packages, Debian's dist-packages).
 
 The wheel is written here with the standard library: the build needs no setuptools of any
 version (RHEL 9 and Amazon Linux 2023 ship setuptools older than pyproject metadata), only

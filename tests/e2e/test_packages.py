@@ -1,5 +1,5 @@
 """The .debs and the RPMs build from this tree, pass lintian and rpmlint, and each carries
-exactly its own product: python3-xce-protocol, xce-agent, xce-controller."""
+exactly its own product: python3-xce-protocol, xce-agent, xce-controller, xce-provisioner."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_OF = {"xce_protocol": "python3-xce-protocol", "xce_agent": "xce-agent"}
 PACKAGE_OF["xce_controller"] = "xce-controller"
+PACKAGE_OF["xce_provisioner"] = "xce-provisioner"
 
 
 def need(*tools: str) -> pytest.MarkDecorator:
@@ -40,7 +41,7 @@ def _packages_in(files: str) -> set[str]:
 @need("dpkg-buildpackage", "lintian")
 def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) -> None:
     debs = _built("build-deb.sh", tmp_path)
-    assert set(debs) == {"python3-xce-protocol", "xce-agent", "xce-controller"}
+    assert set(debs) == {"python3-xce-protocol", "xce-agent", "xce-controller", "xce-provisioner"}
     depends = {name: _run("dpkg-deb", "-f", deb, "Depends") for name, deb in debs.items()}
     for package in ("python3-click", "python3-yaml", "python3-psutil", "python3-requests"):
         assert package in depends["xce-agent"]
@@ -51,6 +52,8 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
     )
     for package in ("python3-fastapi", "python3-pydantic", "python3-uvicorn"):
         assert package in depends["xce-controller"]
+    assert "python3-sushy" in depends["xce-provisioner"]
+    assert "python3-xce-protocol (= 0.2.0)" in depends["xce-provisioner"]
     files = {name: _run("dpkg-deb", "-c", deb) for name, deb in debs.items()}
     for name, listing in files.items():
         assert {PACKAGE_OF[p] for p in _packages_in(listing)} == {name}, name
@@ -65,6 +68,8 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
         "xce_controller-0.2.0.dist-info/RECORD",
     ):
         assert path in files["xce-controller"]
+    assert "./usr/bin/xce-provisioner" in files["xce-provisioner"]
+    assert "usr/share/man/man1/xce-provisioner.1.gz" in files["xce-provisioner"]
     scripts = _run("dpkg-deb", "-I", debs["xce-agent"], "prerm")
     assert 'if [ "$1" = "remove" ]' in scripts and "xce-agent stop" in scripts
     changes = next(tmp_path.glob("*.changes"))
@@ -79,7 +84,7 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
 @need("rpmbuild", "rpmlint")
 def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Path) -> None:
     rpms = _built("build-rpm.sh", tmp_path)
-    assert set(rpms) == {"python3-xce-protocol", "xce-agent", "xce-controller"}
+    assert set(rpms) == {"python3-xce-protocol", "xce-agent", "xce-controller", "xce-provisioner"}
     requires = {n: _run("rpm", "-qp", "--requires", r).splitlines() for n, r in rpms.items()}
     for name in rpms:
         assert "python(abi) = 3.9" in requires[name], requires[name]
@@ -96,6 +101,7 @@ def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Pa
         assert package in requires["xce-agent"]
     assert not [r for r in requires["xce-agent"] if "fastapi" in r]
     assert "python3-fastapi >= 0.92" in requires["xce-controller"]
+    assert "python3-sushy >= 4.3" in requires["xce-provisioner"]
     files = {name: _run("rpm", "-qpl", rpm) for name, rpm in rpms.items()}
     for name, listing in files.items():
         assert {PACKAGE_OF[p] for p in _packages_in(listing)} == {name}, name

@@ -66,6 +66,15 @@ REQUESTS: dict[tuple[str, str], tuple[str, dict[str, Any] | None]] = {
     ("post", "/v1/expected"): ("/v1/expected", {"instance_id": "i-9", "template": "default"}),
     ("get", "/v1/to-return"): ("/v1/to-return", None),
     ("post", "/v1/to-return/{instance_id}/ack"): ("/v1/to-return/i-3/ack", None),
+    ("get", "/v1/provisioned"): ("/v1/provisioned", None),
+    ("post", "/v1/provisioned/{instance_id}/decommission"): (
+        "/v1/provisioned/i-8/decommission",
+        {},
+    ),
+    ("post", "/v1/provisioned/{instance_id}/power"): (
+        "/v1/provisioned/i-3/power",
+        {"decision": "decommissioned@1.0", "action": "shutdown", "phase": "begun"},
+    ),
     ("get", "/v1/hosts"): ("/v1/hosts", None),
     ("get", "/v1/hosts/{name}"): ("/v1/hosts/h1", None),
     ("post", "/v1/hosts/{name}/open"): ("/v1/hosts/h1/open", {}),

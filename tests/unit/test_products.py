@@ -26,6 +26,7 @@ PRODUCTS = {
     "xce-protocol": "xce_protocol",
     "xce-agent": "xce_agent",
     "xce-controller": "xce_controller",
+    "xce-provisioner": "xce_provisioner",
 }
 
 
@@ -63,7 +64,9 @@ def _requirements(reqs: list[str]) -> dict[str, str]:
 
 def test_every_product_dependency_is_the_root_one_with_the_same_bound() -> None:
     extras = ROOT_PROJECT["optional-dependencies"]
-    root = _requirements(ROOT_PROJECT["dependencies"] + extras["controller"] + extras["plot"])
+    root = _requirements(
+        ROOT_PROJECT["dependencies"] + extras["controller"] + extras["plot"] + extras["provisioner"]
+    )
     union: dict[str, str] = {}
     for name in PRODUCTS:
         project = _product(name)

@@ -157,8 +157,13 @@ def validate(config_file: Path | None) -> None:
 
 
 @main.command()
-def demo() -> None:
+@click.option("--onprem", is_flag=True, help="The on-premise story: Redfish power (a minute).")
+def demo(onprem: bool) -> None:
     """Show the elastic-host lifecycle end to end on this machine (about 20 s)."""
+    if onprem:
+        from xce_controller.sim.demo_onprem import run_onprem_demo
+
+        sys.exit(run_onprem_demo(click.echo))
     from xce_controller.sim.demo import run_demo
 
     sys.exit(run_demo(click.echo))

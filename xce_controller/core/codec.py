@@ -14,6 +14,7 @@ from xce_controller.core.model import (
     HostState,
     Job,
     JobState,
+    PowerStep,
 )
 
 
@@ -63,6 +64,7 @@ def host_to_json(host: Host) -> dict[str, Any]:
         "before_loss": host.before_loss,
         "notice": notice_to_json(host.notice),
         "done_notices": [list(done) for done in host.done_notices],
+        "power": [dataclasses.asdict(step) for step in host.power],
     }
 
 
@@ -113,6 +115,7 @@ def host_from_json(d: dict[str, Any]) -> Host:
         before_loss=d.get("before_loss", ""),
         notice=notice_from_json(d.get("notice")),
         done_notices=tuple(_done_notice(e) for e in d.get("done_notices", ())),
+        power=tuple(PowerStep(**step) for step in d.get("power", ())),
     )
 
 

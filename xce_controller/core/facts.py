@@ -19,6 +19,7 @@ from xce_controller.core.model import (
     HostState,
     Job,
     JobState,
+    PowerStep,
     evolve,
 )
 
@@ -45,6 +46,16 @@ def _with_state(host: Host, state: HostState, fact: Fact, why: str) -> Host:
 
 def _expected(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["instance_id"]
+    host = _fresh(cluster.hosts.get(key), fact, d)
+    cluster.put_host(_with_state(host, HostState.EXPECTED, fact, "instance recorded"))
+    return {key}
+
+
+def _fresh(before: Host | None, fact: Fact, d: dict[str, Any]) -> Host:
+    """The record of an expected instance. A returned one expected again (an on-premise
+    machine powered on once more) starts a new life under the same key: its history, its
+    earlier credentials (refused as stale from now on) and its power steps are kept."""
+    key = d["instance_id"]
     host = Host(
         key=key,
         state=HostState.EXPECTED,
@@ -58,8 +69,17 @@ def _expected(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
         deadline=d["deadline"],
         token_hash=d.get("token_hash", ""),
     )
-    cluster.put_host(_with_state(host, HostState.EXPECTED, fact, "instance recorded"))
-    return {key}
+    if before is None:
+        return host
+    retired = _past(before, before.credential_hash, before.next_credential_hash)
+    return evolve(
+        host,
+        history=before.history,
+        past_credentials=retired,
+        refusals=before.refusals,
+        last_refusal=before.last_refusal,
+        power=before.power,
+    )
 
 
 def _issued(host: Host, d: dict[str, Any]) -> Host:
@@ -260,6 +280,27 @@ def _job_waiting(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     return set()
 
 
+POWER_KEPT = 32  # a record keeps its newest power steps; the facts keep them all
+
+
+def _power(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
+    """A step of the provisioner's effect journal on the machine of this record."""
+    key = d["key"]
+    host = cluster.hosts[key]
+    step = PowerStep(
+        at=fact.at,
+        decision=d["decision"],
+        action=d["action"],
+        phase=d["phase"],
+        attempt=int(d.get("attempt", 1)),
+        code=str(d.get("code", "")),
+        why=d.get("why", ""),
+        token=int(d.get("token", 0)),
+    )
+    cluster.put_host(evolve(host, power=(*host.power[-(POWER_KEPT - 1) :], step)))
+    return {key}
+
+
 def _lease(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     """Leases are not cluster state: xce_controller/core/leases.py replays these facts."""
     return set()
@@ -282,6 +323,7 @@ _HANDLERS = {
     "job_requeued": _job_requeued,
     "job_killed": _job_killed,
     "job_waiting": _job_waiting,
+    "power": _power,
     "lease_granted": _lease,
     "lease_released": _lease,
     "lease_forgotten": _lease,

@@ -102,8 +102,13 @@ def expect(
     if template not in cfg.templates:
         known = ", ".join(sorted(cfg.templates))
         raise Refused("unknown_template", 404, f"unknown template {template!r} (known: {known})")
-    if instance_id in cluster.hosts:
-        raise Refused("duplicate", 409, f"instance {instance_id} is already recorded")
+    before = cluster.hosts.get(instance_id)
+    if before is not None and before.state is not HostState.RETURNED:
+        # A returned instance may be expected again (a machine powered on once more): a new
+        # life of the same record, its history kept (facts._fresh). Anything else is a repeat.
+        raise Refused(
+            "duplicate", 409, f"instance {instance_id} is already recorded ({before.state.value})"
+        )
     if token and tokens.weak(token):
         raise Refused("bad_request", 422, f"a per-instance join token must be {tokens.STRENGTH}")
     if token and tokens.role_of(token, tokens.of(cfg)):

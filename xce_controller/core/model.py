@@ -96,6 +96,22 @@ class Change:
 
 
 @dataclass(frozen=True)
+class PowerStep:
+    """One step of the provisioner's effect journal on a machine (xce_provisioner): the
+    controller decision it carries out, what it did and how that went. Stored as facts, so a
+    provisioner that takes over the lease reads what its predecessor began and finished."""
+
+    at: float
+    decision: str  # "STATE@TIME" of the record's change the step carries out
+    action: str  # on, shutdown, force_off, cycle, ack
+    phase: str  # begun (intent, before the BMC call), issued, confirmed, failed, gave_up
+    attempt: int = 1
+    code: str = ""
+    why: str = ""
+    token: int = 0  # the provisioner's lease token (0: it runs without a lease)
+
+
+@dataclass(frozen=True)
 class Drain:
     started_at: float
     timeout: float | None  # None: policy wait, no deadline
@@ -171,6 +187,7 @@ class Host:
     # metadata) acts no more, but an id a provider reuses for its next event (AWS "aws-spot",
     # GCE's) comes with another time still to come and is a new notice (notices._over).
     done_notices: tuple[tuple[str, float | None], ...] = ()
+    power: tuple[PowerStep, ...] = ()  # the provisioner's newest steps on this machine
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,25 @@ def _lease_released(t: _Teller, e: Event) -> None:
     t.say(e["at"], f"lease {d.get('lease', '-')} given back, token {d.get('token', '-')}{_code(e)}")
 
 
+_POWER_WORDS = {
+    "on": "power on",
+    "shutdown": "graceful shutdown",
+    "force_off": "force off",
+    "cycle": "power cycle",
+    "ack": "return",
+}
+
+
+def _power(t: _Teller, e: Event) -> None:
+    """A provisioner's power step: intent before the BMC call, then its outcome."""
+    d = e["data"]
+    what = _POWER_WORDS.get(str(d.get("action")), str(d.get("action", "power")))
+    attempt = int(d.get("attempt", 1) or 1)
+    again = f" (attempt {attempt})" if attempt > 1 else ""
+    phase = str(d.get("phase", ""))
+    t.say(e["at"], f"{what} {phase}{again}{_by(e)}{_why(e)}")
+
+
 _KINDS: dict[str, Callable[[_Teller, Event], None]] = {
     "expected": _expected,
     "joined": _joined,
@@ -216,6 +235,7 @@ _KINDS: dict[str, Callable[[_Teller, Event], None]] = {
     "state": _state,
     "drain": _drain,
     "notice": _notice,
+    "power": _power,
     "lease_granted": _lease_granted,
     "lease_released": _lease_released,
     "job_assigned": _job("placed on it"),

@@ -18,7 +18,7 @@ from xce_controller.http import observe as observe_api
 from xce_controller.http.auth import viewer
 from xce_controller.http.errors import install_errors
 from xce_controller.http.limits import BodyLimit
-from xce_controller.http.routes import agents, health, hosts, jobs, leases, provisioning
+from xce_controller.http.routes import agents, health, hosts, jobs, leases, power, provisioning
 from xce_controller.service import Controller
 from xce_protocol.protocol import PROTOCOL
 
@@ -55,6 +55,6 @@ def create_app(ctl: Controller) -> FastAPI:
 
     install_errors(app)
 
-    for resource in (health, agents, leases, provisioning, hosts, jobs):
+    for resource in (health, agents, leases, provisioning, power, hosts, jobs):
         resource.install(app, ctl)
     return app

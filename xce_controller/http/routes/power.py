@@ -1,0 +1,131 @@
+"""The provisioner's view of its machines and its power reports (`/v1/provisioned`).
+
+The reference provisioner (xce_provisioner) reads every provisioned record here, whatever
+its state (the to-return list alone does not show a returned record whose machine still runs),
+reports each power step, which becomes a fact (its effect journal, and what `xcecli why`
+tells), and decommissions an instance of its own that it found idle. All take the
+provisioner token or the admin token. See docs/provisioner.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Optional
+
+from fastapi import FastAPI
+from pydantic import BaseModel, Field
+
+from xce_controller.core import power
+from xce_controller.core.lifecycle import Refused
+from xce_controller.core.model import Host
+from xce_controller.http.auth import ERRORS, PROVISIONER_ROLE
+from xce_controller.http.pydantic_versions import Strict, json_numbers, text
+from xce_controller.service import Controller
+from xce_protocol import names
+
+STEPS_SHOWN = 16
+STEP_PATTERN = r"^[a-z_]{1,16}$"
+DECISION_PATTERN = r"^[a-z]{1,16}@[0-9.]{1,32}$"
+
+
+class PowerStepBody(BaseModel):
+    at: float
+    decision: str
+    action: str
+    phase: str
+    attempt: int
+    code: str
+    why: str
+    token: int
+
+
+class ProvisionedRecord(BaseModel):
+    instance_id: str
+    key: str
+    name: str = Field(description="the joined host name, else the expected one")
+    state: str
+    template: str
+    decision: str = Field(description="STATE@TIME of the change that put it in its state")
+    jobs_running: int
+    power: list[PowerStepBody] = Field(description="the newest power steps, oldest first")
+    reason: str
+    code: str = ""
+
+
+class PowerBody(Strict):
+    decision: str = text(max_length=64, pattern=DECISION_PATTERN)
+    action: str = text(max_length=16, pattern=STEP_PATTERN)
+    phase: str = text(max_length=16, pattern=STEP_PATTERN)
+    attempt: int = Field(1, ge=1, le=1000)
+    code: str = text("", max_length=64)
+    why: str = text("", max_length=500)
+    lease: str = text("", max_length=64)
+    token: int = Field(0, ge=0, le=2**62)
+    check_numbers = json_numbers("attempt", "token", integer=True)
+
+
+class RetireBody(Strict):
+    reason: str = text("", max_length=512)
+    drain_timeout: Optional[float] = Field(None, ge=0, le=30 * 86400)
+    check_numbers = json_numbers("drain_timeout", integer=False)
+
+
+def decision(host: Host) -> str:
+    """The decision a record's state stands on: its state and when it entered it."""
+    at = host.history[-1].at if host.history else (host.expected_at or 0.0)
+    return f"{host.state.value}@{at:.6f}"
+
+
+def record(ctl: Controller, host: Host) -> dict[str, Any]:
+    return {
+        "instance_id": host.instance_id,
+        "key": host.key,
+        "name": host.name or host.expected_name,
+        "state": host.state.value,
+        "template": host.template,
+        "decision": decision(host),
+        "jobs_running": len(ctl.cluster.jobs_on(host.key)),
+        "power": [asdict(step) for step in host.power[-STEPS_SHOWN:]],
+        "reason": host.reason,
+        "code": host.history[-1].code if host.history else "",
+    }
+
+
+def install(api: FastAPI, ctl: Controller) -> None:
+    """Add these routes to the app (on the app itself, as the other resources do)."""
+
+    @api.get("/v1/provisioned", response_model=list[ProvisionedRecord], responses=ERRORS)
+    async def provisioned(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
+        return [record(ctl, h) for h in ctl.provisioned_hosts()]
+
+    @api.post(
+        "/v1/provisioned/{instance_id}/power", response_model=ProvisionedRecord, responses=ERRORS
+    )
+    async def power_step(
+        instance_id: str, body: PowerBody, by: str = PROVISIONER_ROLE
+    ) -> dict[str, Any]:
+        if not names.is_instance_id(instance_id):
+            raise Refused("bad_request", 422, f"{instance_id[:80]!r} is not an instance id")
+        report = power.PowerReport(
+            instance_id=instance_id,
+            decision=body.decision,
+            action=body.action,
+            phase=body.phase,
+            attempt=body.attempt,
+            code=body.code,
+            why=body.why,
+            lease=body.lease,
+            token=body.token,
+        )
+        return record(ctl, ctl.power_step(by, report))
+
+    @api.post(
+        "/v1/provisioned/{instance_id}/decommission",
+        response_model=ProvisionedRecord,
+        responses=ERRORS,
+    )
+    async def retire(
+        instance_id: str, body: RetireBody, by: str = PROVISIONER_ROLE
+    ) -> dict[str, Any]:
+        why = body.reason or "decommissioned by the provisioner"
+        return record(ctl, ctl.retire(by, instance_id, why, body.drain_timeout))
