@@ -16,23 +16,29 @@ SHOWN = 10  # candidates listed in an ambiguous answer
 
 
 def candidates(cluster: Cluster, ref: str) -> list[Host]:
-    """Every record `ref` may mean, live ones first, each once."""
-    found: dict[str, Host] = {}
-    if names.is_host_name(ref):
-        host = cluster.host_by_name(ref)
-        if host is not None:
-            found[host.key] = host
-    if names.is_instance_id(ref):
-        host = cluster.by_instance(ref)
-        if host is not None:
-            found.setdefault(host.key, host)
-    if ref and len(ref) <= 64:
-        for host in cluster.hosts.values():
-            if host.expected_address == ref:
-                found.setdefault(host.key, host)
-    every = list(found.values())
-    live = [h for h in every if h.state not in TERMINAL]
-    return live or _latest(every)
+    """Every record `ref` may mean, live ones first: by host name first (what admins use),
+    else by instance id, else by expected address."""
+    for found in (_by_name(cluster, ref), _by_instance(cluster, ref), _by_address(cluster, ref)):
+        if found:
+            live = [h for h in found if h.state not in TERMINAL]
+            return live or _latest(found)
+    return []
+
+
+def _by_name(cluster: Cluster, ref: str) -> list[Host]:
+    host = cluster.host_by_name(ref) if names.is_host_name(ref) else None
+    return [host] if host is not None else []
+
+
+def _by_instance(cluster: Cluster, ref: str) -> list[Host]:
+    host = cluster.by_instance(ref) if names.is_instance_id(ref) else None
+    return [host] if host is not None else []
+
+
+def _by_address(cluster: Cluster, ref: str) -> list[Host]:
+    if not ref or len(ref) > 64:
+        return []
+    return [h for h in cluster.hosts.values() if h.expected_address == ref]
 
 
 def _latest(hosts: list[Host]) -> list[Host]:

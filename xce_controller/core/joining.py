@@ -97,7 +97,7 @@ def join(
         # prove. The cluster's token admits it to the name rules, which refuse the name.
         if proof(None, cfg, req.token, now) is Proof.NONE:
             raise Refused("unauthorized", 401, "join token missing or wrong")
-        raise _name_decommissioned(req.name, record)
+        raise _name_decommissioned(record.name or req.name, record)
     who = f"host {req.name} (instance {req.instance_id or '-'})"
     if shown is Proof.NONE:
         raise Refused("unauthorized", 401, f"{who}: join token or host credential missing or wrong")
