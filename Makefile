@@ -58,11 +58,13 @@ lease-soak: $(STAMP)
 
 # What the end-to-end test (real systemd + cloud-init in systemd-nspawn), the packaging
 # checks, the metrics checks (promtool, from prometheus), the status page's browser test
-# (chromium, chromium-driver) and the load-balancer test (haproxy) need; without them
-# `make test` skips those tests and says why.
+# (chromium, chromium-driver), the load-balancer test (haproxy) and the PostgreSQL store's tests
+# (postgresql, and faketime for a replica with a wrong clock) need; without them `make test`
+# skips those tests and says why.
 E2E_DEBS := debootstrap systemd-container zstd debhelper dh-python pybuild-plugin-pyproject \
 	python3-all python3-setuptools lintian rpm rpmlint cpio python3-installer python3-pip \
-	python3-wheel prometheus chromium chromium-driver haproxy
+	python3-wheel prometheus chromium chromium-driver haproxy postgresql faketime python3-click \
+	python3-yaml python3-requests python3-psutil zsh fish groff-base
 e2e-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \

@@ -275,7 +275,8 @@ class Agent:
 
     def _on_hup(self, signum: int) -> None:
         answer = self.operator.handle("reload", "")
-        log.log(logging.INFO if answer.ok else logging.ERROR, "SIGHUP: %s", answer.message)
+        if not answer.ok:  # a reload that happened is logged by the reload itself
+            log.error("SIGHUP: %s", answer.message)
 
     def request_stop(self, reason: str) -> None:
         self._leaving = "stop"

@@ -13,15 +13,20 @@ import requests
 
 
 class ControllerProcess:
-    def __init__(self, workdir: Path, config: str | None = None) -> None:
+    def __init__(self, workdir: Path, config: str | None = None, db: str = "") -> None:
+        """`db`: a `--db` value (tests' store_db fixture); the SQLite file in `workdir` else."""
         self.workdir = workdir
         self.db = workdir / "controller.db"
+        self.store = db or str(self.db)  # what `--db` is given
+        self.prefix: list[str] = []  # a command the controller runs under (faketime, say)
         self.config = workdir / "cluster.yaml"
         if config is not None:
             self.config.write_text(config)
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.port = 0  # kept across restarts, so agents find it again
+        self.env: dict[str, str] | None = None  # another tree's code (tests/.../test_version_skew)
+        self.cwd: Path | None = None
 
     def start(self) -> ControllerProcess:
         port_file = self.workdir / "port"
@@ -32,7 +37,7 @@ class ControllerProcess:
             "xce_controller",
             "serve",
             "--db",
-            str(self.db),
+            self.store,
             "--listen",
             f"127.0.0.1:{self.port}",
             "--port-file",
@@ -41,7 +46,13 @@ class ControllerProcess:
         if self.config.exists():
             args += ["--config", str(self.config)]
         with open(self.workdir / "controller.log", "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [*self.prefix, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if port_file.exists() and port_file.read_text().strip():

@@ -53,13 +53,14 @@ def test_a_released_name_is_forgotten_after_the_retention_and_its_token_never_re
     assert desk.acquire("h1-l0", "h1", "s1", 10.0).token == 5  # taken again: above its 4
     desk.store.close()
     # After a restart, and rebuilt from the facts alone, the floor is the same.
-    again = LeaseDesk(Store(tmp_path / "db"), monotonic=clock)
+    store = Store(tmp_path / "db")
+    again = LeaseDesk(store, monotonic=clock)
     again.release("h1-l0", "h1", "s1")
     assert again.acquire("fresh", "h2", "s1", 10.0).token == 5
-    again.store.db.execute("UPDATE leases SET data = ? WHERE name != ''", (json.dumps({}),))
-    again.store.db.execute("DELETE FROM leases WHERE name = ''")
-    again.store.db.commit()
-    rebuilt = LeaseDesk(again.store, monotonic=clock)
+    store.db.execute("UPDATE leases SET data = ? WHERE name != ''", (json.dumps({}),))
+    store.db.execute("DELETE FROM leases WHERE name = ''")
+    store.db.commit()
+    rebuilt = LeaseDesk(store, monotonic=clock)
     assert rebuilt.book.floor == 4
     assert rebuilt.acquire("other", "h3", "s1", 10.0).token == 5
 

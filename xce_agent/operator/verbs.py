@@ -10,6 +10,7 @@ end, and changed ones restarted (only when what they run changed).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -51,6 +52,9 @@ class AgentSide(Protocol):
     def apply_reload(self, config: AgentConfig) -> None:
         """The reloaded config's components and roles become the Agent's own, saved."""
         ...
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,7 @@ class Operator:
         message = "config reloaded: " + (plan.describe() or "no component changed")
         if ignored:
             message += f"; {', '.join(ignored)} changed: restart the agent to apply"
+        log.info("%s", message)  # whichever way it came (socket, SIGHUP): the journal says what
         return Answer(True, message)
 
     def _start_added(self, spec: ComponentSpec) -> None:

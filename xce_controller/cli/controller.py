@@ -10,16 +10,22 @@ import asyncio
 import ipaddress
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from xce_controller import __version__
+from xce_controller.cli.store_verbs import copy_store, migrate
 from xce_controller.core.config import ClusterConfig, load_cluster_config
+from xce_controller.store.base import SchemaTooNew, StorageUnavailable
+from xce_controller.store.open import describe, is_postgres
 from xce_protocol.errors import ConfigError, UsageError, XceError
 from xce_protocol.exits import ErrorExits
 
@@ -29,16 +35,22 @@ def _config(path: Path | None) -> ClusterConfig:
 
 
 @click.group(cls=ErrorExits, name="xce-controller")
+@click.version_option(__version__, prog_name="xce-controller")
 def main() -> None:
     """Reference controller of the XCE elastic-host lifecycle."""
 
 
 @main.command()
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
-@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.option(
+    "--db",
+    required=True,
+    help="SQLite database file, or a PostgreSQL connection string (postgresql://... or "
+    "key=value pairs) that any number of replicas share.",
+)
 @click.option("--listen", default="127.0.0.1:7870", show_default=True, help="HOST:PORT.")
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
-def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
+def serve(config_file: Path | None, db: str, listen: str, port_file: Path | None) -> None:
     """Serve the REST API until SIGTERM."""
     from xce_controller.http.server import (
         bind,
@@ -61,25 +73,35 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
                 f"loopback, got none (--listen {listen})"
             ]
         )
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    shared = is_postgres(db)
+    if shared:
+        # Replicas must agree on the tokens: a token made by one would be unknown to the rest.
+        missing = [f"auth.{k}" for k in ("admin_token", "join_token") if not getattr(cfg, k)]
+        if missing:
+            why = "expected a configured token with a shared (PostgreSQL) store, got none"
+            raise ConfigError([f"{m}: {why}" for m in missing])
+    logging.basicConfig(level=logging.INFO, format=log_format(os.environ))
     step = f"cannot listen on {listen}"
     try:
         if not cfg.admin_token:
-            step = f"cannot keep the admin token in {token_file(db)}"
-            cfg = replace(cfg, admin_token=stable_admin_token(db), generated_tokens=("admin",))
-            click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
+            path = Path(db)
+            step = f"cannot keep the admin token in {token_file(path)}"
+            made = (*cfg.generated_tokens, "admin")
+            cfg = replace(cfg, admin_token=stable_admin_token(path), generated_tokens=made)
+            click.echo(f"xce-controller: admin token in {token_file(path)}", err=True)
         if not cfg.join_token:  # joins always need one: the cluster's, kept like the admin's
-            step = f"cannot keep the join token in {token_file(db, 'join')}"
+            path = Path(db)
+            step = f"cannot keep the join token in {token_file(path, 'join')}"
             made = (*cfg.generated_tokens, "join")
-            cfg = replace(cfg, join_token=stable_token(db, "join"), generated_tokens=made)
-            click.echo(f"xce-controller: join token in {token_file(db, 'join')}", err=True)
+            cfg = replace(cfg, join_token=stable_token(path, "join"), generated_tokens=made)
+            click.echo(f"xce-controller: join token in {token_file(path, 'join')}", err=True)
         step = f"cannot listen on {listen}"
         raise_open_files()  # systemd's 1024 is about a thousand agents' watches
         sock = bind(host, int(port_text))
-        step = f"cannot open the database {db}"
+        step = f"cannot open the database {describe(db)}"
         server, controller = make_server(cfg, db, sock)
         controller.tune_gc = True
-    except (OSError, sqlite3.Error) as exc:
+    except (OSError, sqlite3.Error, StorageUnavailable, SchemaTooNew) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise XceError(f"{step}: {why}") from exc
     port = sock.getsockname()[1]
@@ -95,6 +117,12 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
         await server.serve(sockets=[sock])
 
     run_loop(serve_with_reload())
+
+
+def log_format(environ: Mapping[str, str]) -> str:
+    """Under systemd the journal stamps each line; anywhere else the line carries its time."""
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    return fmt if environ.get("JOURNAL_STREAM") else "%(asctime)s " + fmt
 
 
 def run_loop(main: Any) -> None:
@@ -149,7 +177,7 @@ def restore(db: Path, source: Path) -> None:
 
 
 @main.command()
-@click.option("--config", "config_file", type=click.Path(path_type=Path))
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
 def validate(config_file: Path | None) -> None:
     """Check a cluster config; print every problem or "ok"."""
     _config(config_file)
@@ -210,3 +238,7 @@ def simulate(scenario: Path, csv_path: Path | None, plot_path: Path | None) -> N
     if plot_path is not None:
         plot(summary, plot_path)
     click.echo(summary.render())
+
+
+main.add_command(migrate)
+main.add_command(copy_store)
