@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak never-two-soak clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -50,11 +50,17 @@ $(BENCH_VENV)/bin/supervisord: | system-deps
 bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m bench
 
-# The never-two checker at length (tests/integration/test_lease_checker.py runs 100 schedules
+# The lease checker at length (tests/integration/test_lease_checker.py runs 100 schedules
 # in `make test`); SCHEDULES=N changes the count. Its figures are in the README.
 SCHEDULES ?= 500
 lease-soak: $(STAMP)
 	$(PY) -m bench leases --schedules $(SCHEDULES)
+
+# Never two copies of a component at length (tests/integration/test_never_two_checker.py runs
+# 100 schedules in `make test`); needs root, mount(8) and cgroup v2. SEED=S replays a run;
+# `$(PY) -m bench never-two --seed S --first I --schedules 1 --lanes 1` replays one schedule.
+never-two-soak: $(STAMP)
+	$(PY) -m bench never-two --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED))
 
 # What the end-to-end test (real systemd + cloud-init in systemd-nspawn), the packaging
 # checks, the metrics checks (promtool, from prometheus), the status page's browser test

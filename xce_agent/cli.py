@@ -100,15 +100,32 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
     from xce_agent.system.single_agent import live_agent
 
     live = live_agent(state.agent)
+    unsaved = _unsaved(directory) if live else ""
     if as_json:
         data = state.to_json()
         data["agent_running"] = live
-        data["stale"] = not live
+        data["stale"] = not live or bool(unsaved)
+        data["state_unwritable"] = unsaved
         click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
+        if unsaved:
+            click.echo(
+                f"{unsaved}\n(the running agent cannot save its state: shown is the last saved)"
+            )
         from xce_agent.controller.credential import CredentialStore
 
         click.echo(render_status(state, time.time(), live, CredentialStore(directory).peek()))
+
+
+def _unsaved(directory: Path) -> str:
+    """Why the running agent cannot save its state ("state_unwritable: ..."); "" if it can."""
+    from xce_agent.operator.control import SOCKET_NAME, request
+
+    try:
+        answer = request(directory / SOCKET_NAME, "saving", "", 2.0)
+    except OSError:
+        return ""
+    return "" if answer.ok or not answer.message.startswith("state_unwritable") else answer.message
 
 
 @main.command()

@@ -15,6 +15,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_OF = {"xce_protocol": "python3-xce-protocol", "xce_agent": "xce-agent"}
 PACKAGE_OF["xce_controller"] = "xce-controller"
 PACKAGE_OF["xce_provisioner"] = "xce-provisioner"
+# What each package documents under /usr/share/doc/PACKAGE (docs/production.md names them).
+EXAMPLES = {
+    "xce-agent": ["examples/agent.yaml", "examples/xce-agent-job-limits.conf"],
+    "xce-controller": [
+        "production.md",
+        "examples/controller.yaml",
+        "examples/xce-controller-tls.conf",
+        "examples/xce-controller-backup.service",
+        "examples/xce-controller-backup.timer",
+        "examples/alerts.yml",
+        "examples/alerts_test.yml",
+        "examples/grafana-dashboard.json",
+    ],
+}
 
 
 def need(*tools: str) -> pytest.MarkDecorator:
@@ -92,6 +106,9 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
         assert path in files["xce-controller"]
     assert "./usr/bin/xce-provisioner" in files["xce-provisioner"]
     assert "usr/share/man/man1/xce-provisioner.1.gz" in files["xce-provisioner"]
+    for name, paths in EXAMPLES.items():
+        for path in paths:
+            assert f"./usr/share/doc/{name}/{path}" in files[name], (name, path)
     scripts = _run("dpkg-deb", "-I", debs["xce-agent"], "prerm")
     assert 'if [ "$1" = "remove" ]' in scripts and "xce-agent stop" in scripts
     changes = next(tmp_path.glob("*.changes"))
@@ -131,6 +148,10 @@ def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Pa
     assert "/usr/lib/systemd/system/xce-agent.service" in files["xce-agent"]
     assert "/var/lib/xce-agent" in files["xce-agent"]
     assert "/usr/lib/systemd/system/xce-controller.service" in files["xce-controller"]
+    for name, paths in EXAMPLES.items():  # Debian's rpm versions the directory, RHEL's not
+        for path in paths:
+            where = rf"^/usr/share/doc/{name}(-0\.2\.0)?/{re.escape(path)}$"
+            assert re.search(where, files[name], re.M), (name, path)
     for name in ("xce-controller", "xcecli"):
         assert f"/usr/share/man/man1/{name}.1.gz" in files["xce-controller"]
         assert f"/usr/share/bash-completion/completions/{name}" in files["xce-controller"]

@@ -32,7 +32,8 @@ MAX_REQUEST = 4096
 MAX_NESTING = 8
 MAX_CONNECTIONS = 32
 ACCEPT_PAUSE = 1.0  # seconds without accepting after EMFILE: the backlog waits meanwhile
-COMMANDS = ("start", "stop", "restart", "reset", "reload", "stop-all")
+# "saving": whether the agent's last save of its state reached the disk (for `status`).
+COMMANDS = ("start", "stop", "restart", "reset", "reload", "stop-all", "saving")
 
 
 @dataclass(frozen=True)

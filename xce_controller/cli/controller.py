@@ -50,8 +50,36 @@ def main() -> None:
 )
 @click.option("--listen", default="127.0.0.1:7870", show_default=True, help="HOST:PORT.")
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
-def serve(config_file: Path | None, db: str, listen: str, port_file: Path | None) -> None:
-    """Serve the REST API until SIGTERM."""
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_CERT",
+    help="Serve HTTPS with this PEM certificate chain ($XCE_CONTROLLER_TLS_CERT).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_KEY",
+    help="The certificate's unencrypted PEM key ($XCE_CONTROLLER_TLS_KEY).",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_CLIENT_CA",
+    help="Require client certificates signed by this PEM CA ($XCE_CONTROLLER_TLS_CLIENT_CA).",
+)
+def serve(
+    config_file: Path | None,
+    db: str,
+    listen: str,
+    port_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+) -> None:
+    """Serve the REST API (HTTPS with --tls-cert and --tls-key) until SIGTERM; SIGHUP reloads
+    the config and the certificate."""
+    from xce_controller.http import tls
     from xce_controller.http.server import (
         bind,
         make_server,
@@ -62,24 +90,10 @@ def serve(config_file: Path | None, db: str, listen: str, port_file: Path | None
     )
 
     cfg = _config(config_file)
-    host, _, port_text = listen.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port_text.isdigit():
-        raise UsageError(f"--listen: expected HOST:PORT, got {listen!r}")
-    if not cfg.admin_token and not _loopback(host):
-        raise ConfigError(
-            [
-                "auth.admin_token: expected a configured token when listening beyond "
-                f"loopback, got none (--listen {listen})"
-            ]
-        )
-    shared = is_postgres(db)
-    if shared:
-        # Replicas must agree on the tokens: a token made by one would be unknown to the rest.
-        missing = [f"auth.{k}" for k in ("admin_token", "join_token") if not getattr(cfg, k)]
-        if missing:
-            why = "expected a configured token with a shared (PostgreSQL) store, got none"
-            raise ConfigError([f"{m}: {why}" for m in missing])
+    tls_files = tls.tls_files(tls_cert, tls_key, tls_client_ca)
+    if tls_files is not None:
+        tls.check(tls_files)
+    host, port_text = _where(cfg, listen, db)
     logging.basicConfig(level=logging.INFO, format=log_format(os.environ))
     step = f"cannot listen on {listen}"
     try:
@@ -99,7 +113,7 @@ def serve(config_file: Path | None, db: str, listen: str, port_file: Path | None
         raise_open_files()  # systemd's 1024 is about a thousand agents' watches
         sock = bind(host, int(port_text))
         step = f"cannot open the database {describe(db)}"
-        server, controller = make_server(cfg, db, sock)
+        server, controller = make_server(cfg, db, sock, tls_files)
         controller.tune_gc = True
     except (OSError, sqlite3.Error, StorageUnavailable, SchemaTooNew) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -107,16 +121,43 @@ def serve(config_file: Path | None, db: str, listen: str, port_file: Path | None
     port = sock.getsockname()[1]
     if port_file:
         port_file.write_text(f"{port}\n")
-    click.echo(f"xce-controller: listening on http://{host}:{port}", err=True)
+    scheme = "https" if tls_files else "http"
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"xce-controller: listening on {scheme}://{shown}:{port}", err=True)
+
+    def reload() -> None:
+        # The config and the certificate, each checked first; a bad one is logged and the
+        # running one kept.
+        controller.reload_config(lambda: load_cluster_config(config_file))
+        tls.reload(server.config.ssl, tls_files)
 
     async def serve_with_reload() -> None:
-        # SIGHUP: reload the config, checked first; a bad one is logged and the old one kept.
-        asyncio.get_running_loop().add_signal_handler(
-            signal.SIGHUP, controller.reload_config, lambda: load_cluster_config(config_file)
-        )
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
         await server.serve(sockets=[sock])
 
     run_loop(serve_with_reload())
+
+
+def _where(cfg: ClusterConfig, listen: str, db: str) -> tuple[str, str]:
+    """The host and port to listen on, once the config may serve there with this store."""
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit():
+        raise UsageError(f"--listen: expected HOST:PORT, got {listen!r}")
+    if not cfg.admin_token and not _loopback(host):
+        raise ConfigError(
+            [
+                "auth.admin_token: expected a configured token when listening beyond "
+                f"loopback, got none (--listen {listen})"
+            ]
+        )
+    if is_postgres(db):
+        # Replicas must agree on the tokens: a token made by one would be unknown to the rest.
+        missing = [f"auth.{k}" for k in ("admin_token", "join_token") if not getattr(cfg, k)]
+        if missing:
+            why = "expected a configured token with a shared (PostgreSQL) store, got none"
+            raise ConfigError([f"{m}: {why}" for m in missing])
+    return host, port_text
 
 
 def log_format(environ: Mapping[str, str]) -> str:

@@ -18,6 +18,7 @@ from xce_controller.core.config import ClusterConfig
 from xce_controller.http import read_deadline
 from xce_controller.http.api import create_app
 from xce_controller.http.replicas import CatchUp
+from xce_controller.http.tls import TlsFiles, uvicorn_options
 from xce_controller.service import Controller
 from xce_controller.store.open import open_store
 from xce_protocol.atomic_file import write_atomic
@@ -107,7 +108,7 @@ class _Server(uvicorn.Server):
 
 
 def make_server(
-    cfg: ClusterConfig, db: Path | str, sock: socket.socket
+    cfg: ClusterConfig, db: Path | str, sock: socket.socket, tls: TlsFiles | None = None
 ) -> tuple[uvicorn.Server, Controller]:
     store = open_store(str(db))
     try:
@@ -128,6 +129,7 @@ def make_server(
         # A request must arrive within limits.request_read_timeout (read_deadline.py).
         # Read when a connection opens, so a reloaded config applies to the new ones.
         "http": read_deadline.protocol(lambda: controller.cfg.request_read_timeout),
+        **uvicorn_options(tls),  # checked by tls.check before
     }
     # Long-polls would hold a graceful shutdown for their whole timeout. Debian 12's uvicorn
     # 0.17 has no such bound: there a stop waits for the open long-polls (30 s at most).
