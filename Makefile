@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak never-two-soak clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -50,19 +50,27 @@ $(BENCH_VENV)/bin/supervisord: | system-deps
 bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m bench
 
-# The never-two checker at length (tests/integration/test_lease_checker.py runs 100 schedules
+# The lease checker at length (tests/integration/test_lease_checker.py runs 100 schedules
 # in `make test`); SCHEDULES=N changes the count. Its figures are in the README.
 SCHEDULES ?= 500
 lease-soak: $(STAMP)
 	$(PY) -m bench leases --schedules $(SCHEDULES)
 
+# Never two copies of a component at length (tests/integration/test_never_two_checker.py runs
+# 100 schedules in `make test`); needs root, mount(8) and cgroup v2. SEED=S replays a run;
+# `$(PY) -m bench never-two --seed S --first I --schedules 1 --lanes 1` replays one schedule.
+never-two-soak: $(STAMP)
+	$(PY) -m bench never-two --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED))
+
 # What the end-to-end test (real systemd + cloud-init in systemd-nspawn), the packaging
 # checks, the metrics checks (promtool, from prometheus), the status page's browser test
-# (chromium, chromium-driver) and the load-balancer test (haproxy) need; without them
-# `make test` skips those tests and says why.
+# (chromium, chromium-driver), the load-balancer test (haproxy) and the PostgreSQL store's tests
+# (postgresql, and faketime for a replica with a wrong clock) need; without them `make test`
+# skips those tests and says why.
 E2E_DEBS := debootstrap systemd-container zstd debhelper dh-python pybuild-plugin-pyproject \
 	python3-all python3-setuptools lintian rpm rpmlint cpio python3-installer python3-pip \
-	python3-wheel prometheus chromium chromium-driver haproxy
+	python3-wheel prometheus chromium chromium-driver haproxy postgresql faketime python3-click \
+	python3-yaml python3-requests python3-psutil zsh fish groff-base
 e2e-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \

@@ -20,7 +20,10 @@ def main() -> None:
             "leases",
         ],
     )
-    parser.add_argument("--schedules", type=int, default=0, help="leases: fault schedules")
+    parser.add_argument("--schedules", type=int, default=0, help="leases, never-two: schedules")
+    parser.add_argument("--seed", type=int, default=None, help="never-two: the schedules' seed")
+    parser.add_argument("--first", type=int, default=0, help="never-two: the first schedule")
+    parser.add_argument("--lanes", type=int, default=4, help="never-two: hosts at once")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
     args = parser.parse_args()
     for section in args.sections:
@@ -59,6 +62,11 @@ def main() -> None:
 
             count = args.schedules or (100 if args.quick else 500)
             print(leases.run(schedules=count))
+        elif section == "never-two":
+            from bench import never_two
+
+            count = args.schedules or (20 if args.quick else 1000)
+            print(never_two.run(count, args.seed, args.first, args.lanes))
         else:
             parser.error(f"unknown section {section!r}")
         print()

@@ -78,7 +78,7 @@ def run(runs: int = 50) -> str:
         ["admin request -> SIGTERM max", ms(max(latencies)), ms(peer * 2), "", ""],
         ["durable fact -> SIGTERM p50", ms(percentile(durable, 50)), "", "", ""],
     ]
-    header = ["measure", "watch (xce-agent)", "heartbeat-only (10 s)", "ratio", "target"]
+    header = ["measure", "watch (xce-agent)", "heartbeat-only (10 s, modelled)", "ratio", "target"]
     return table(f"Decommission latency, {time.strftime('%Y-%m-%d')}", header, rows)
 
 

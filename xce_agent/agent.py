@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from xce_agent.components.adoption import adopt_previous
+from xce_agent.components.prestart import PreStart
 from xce_agent.components.records import component_records
 from xce_agent.config.agent import AgentConfig
 from xce_agent.controller.credential import CredentialStore
@@ -39,6 +40,7 @@ from xce_agent.state import (
     AgentRecord,
     AgentState,
     Lifecycle,
+    StartIntent,
     StateStore,
     StateWriter,
     Tombstone,
@@ -117,6 +119,9 @@ class Agent:
             on_decommission_exit=self._decommission_exit,
             on_output=self._output_seen,
         )
+        # Before every start: no other copy anywhere, and the start written ahead.
+        self.prestart = PreStart(self.supervisor, getattr(runner, "owner", ""), self._save_ahead)
+        self.supervisor.guard = self.prestart
         self.state = AgentState(instance_id=config.instance.id, roles=config.roles)
         self.host = host_name(config)
         self.reports = Reports(config, lambda: self.state)
@@ -168,6 +173,7 @@ class Agent:
         try:
             previous = self.store.load()
             single_agent.refuse_live(self.config.state_directory, previous)
+            self.prestart.remember(previous)
             removed = self.store.clean_temp_files()
             if removed:
                 log.info("removed %d temporary state files left by an earlier agent", removed)
@@ -275,7 +281,8 @@ class Agent:
 
     def _on_hup(self, signum: int) -> None:
         answer = self.operator.handle("reload", "")
-        log.log(logging.INFO if answer.ok else logging.ERROR, "SIGHUP: %s", answer.message)
+        if not answer.ok:  # a reload that happened is logged by the reload itself
+            log.error("SIGHUP: %s", answer.message)
 
     def request_stop(self, reason: str) -> None:
         self._leaving = "stop"
@@ -491,8 +498,21 @@ class Agent:
         self.state = replace(self.state, lifecycle=lifecycle)
         self._refresh_components()
 
+    def save_error(self) -> str:
+        return self.writer.last_error if self.writer is not None else ""
+
+    def _save_ahead(self, intents: tuple[StartIntent, ...]) -> str:
+        """Save now and wait until it is on disk: "" once it is, else why not."""
+        now, mono = time.time(), self.reactor.clock.monotonic()
+        records = component_records(self.supervisor, self._since, now, mono)
+        self.state = replace(self.state, components=records, starting=intents, updated_at=now)
+        why = self.writer.save_now(self.state) if self.writer is not None else ""
+        self._update_metrics()
+        return why
+
     def _save(self) -> None:
-        self.state = replace(self.state, updated_at=time.time())
+        starting = self.prestart.intents_now()
+        self.state = replace(self.state, updated_at=time.time(), starting=starting)
         if self.writer is not None:
             self.writer.submit(self.state)
         self._update_metrics()

@@ -8,6 +8,7 @@ config error, so a systemd unit with RestartPreventExitStatus=78 does not loop o
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,8 @@ import click
 
 from xce_agent import __version__
 from xce_agent.config.agent import AgentConfig, config_path, load_config
-from xce_agent.errors import ConfigError, NoState, UsageError
+from xce_agent.errors import AgentError, ConfigError, NoState, UsageError
+from xce_protocol.durations import Duration
 from xce_protocol.exits import ErrorExits
 from xce_protocol.roles import KNOWN_ROLES
 
@@ -33,6 +35,10 @@ config_option = click.option(
 
 def _load(config_file: str | None) -> AgentConfig:
     return load_config(config_path(config_file))
+
+
+class NeedsRoot(AgentError):
+    """A command that reads root's files, run as another user."""
 
 
 @click.group(cls=ErrorExits, name="xce-agent")
@@ -79,27 +85,58 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
     from xce_agent.operator.status import render_status
     from xce_agent.state import StateStore
 
-    directory = Path(state_dir) if state_dir else _load(config_file).state_directory
-    state = StateStore(directory).read_only()
+    try:
+        directory = Path(state_dir) if state_dir else _load(config_file).state_directory
+        state = StateStore(directory).read_only()
+    except (ConfigError, PermissionError):
+        if os.geteuid() == 0:
+            raise
+        # The config's token file and the state directory are root's (0600, 0700).
+        raise NeedsRoot(
+            "status needs root: the state and the config are root's (try sudo)"
+        ) from None
     if state is None:
         raise NoState(f"no state in {directory}: the agent has not run here")
     from xce_agent.system.single_agent import live_agent
 
     live = live_agent(state.agent)
+    unsaved = _unsaved(directory) if live else ""
     if as_json:
         data = state.to_json()
         data["agent_running"] = live
-        data["stale"] = not live
+        data["stale"] = not live or bool(unsaved)
+        data["state_unwritable"] = unsaved
         click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
+        if unsaved:
+            click.echo(
+                f"{unsaved}\n(the running agent cannot save its state: shown is the last saved)"
+            )
         from xce_agent.controller.credential import CredentialStore
 
         click.echo(render_status(state, time.time(), live, CredentialStore(directory).peek()))
 
 
+def _unsaved(directory: Path) -> str:
+    """Why the running agent cannot save its state ("state_unwritable: ..."); "" if it can."""
+    from xce_agent.operator.control import SOCKET_NAME, request
+
+    try:
+        answer = request(directory / SOCKET_NAME, "saving", "", 2.0)
+    except OSError:
+        return ""
+    return "" if answer.ok or not answer.message.startswith("state_unwritable") else answer.message
+
+
 @main.command()
 @config_option
-@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="2m",
+    show_default=True,
+    help="How long to wait (like 2m).",
+)
 @click.argument("name", required=False)
 def stop(config_file: str | None, timeout: float, name: str | None) -> None:
     """Stop NAME, or without NAME every component and then the agent (a restart keeps them)."""
@@ -113,7 +150,13 @@ def stop(config_file: str | None, timeout: float, name: str | None) -> None:
 
 @main.command()
 @config_option
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="1m",
+    show_default=True,
+    help="How long to wait (like 2m).",
+)
 @click.argument("name")
 def start(config_file: str | None, timeout: float, name: str) -> None:
     """Start component NAME through the running agent."""
@@ -122,7 +165,13 @@ def start(config_file: str | None, timeout: float, name: str) -> None:
 
 @main.command()
 @config_option
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="1m",
+    show_default=True,
+    help="How long to wait (like 2m).",
+)
 @click.argument("name")
 def restart(config_file: str | None, timeout: float, name: str) -> None:
     """Restart component NAME (stop gracefully, start again) through the running agent."""
@@ -131,7 +180,13 @@ def restart(config_file: str | None, timeout: float, name: str) -> None:
 
 @main.command()
 @config_option
-@click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=Duration(),
+    default="1m",
+    show_default=True,
+    help="How long to wait (like 2m).",
+)
 @click.argument("name")
 def reset(config_file: str | None, timeout: float, name: str) -> None:
     """Clear the FATAL state of component NAME and start it again."""

@@ -100,6 +100,31 @@ class AgentRecord:
 
 
 @dataclass(frozen=True)
+class StartIntent:
+    """Written (and fsync'ed) before a component's start, replaced by its identity after:
+    a process started under it whose identity never reached the disk (the agent killed in
+    between) is still known to the next agent (components/prestart.py)."""
+
+    name: str
+    boot_id: str
+    after_ticks: int  # clock ticks since boot before the start: the process started later
+    owner: str  # the agent's state directory, as the component's environment carries it
+
+
+def _intents(data: Any) -> tuple[StartIntent, ...]:
+    found = []
+    for item in data if isinstance(data, list) else ():
+        try:
+            intent = StartIntent(**item)
+        except TypeError:
+            continue
+        texts = all(isinstance(x, str) for x in (intent.name, intent.boot_id, intent.owner))
+        if texts and isinstance(intent.after_ticks, int) and NAME.fullmatch(intent.name):
+            found.append(intent)
+    return tuple(found)
+
+
+@dataclass(frozen=True)
 class AgentState:
     lifecycle: Lifecycle = Lifecycle.STARTING
     instance_id: str = ""
@@ -112,6 +137,7 @@ class AgentState:
     cgroup_root: str = ""  # the agent's delegated cgroup, when it has one
     notices: tuple[PendingNotice, ...] = ()  # the provider's notices pending (status shows them)
     singletons: tuple[SingletonHold, ...] = ()  # each singleton's lease hold (status shows them)
+    starting: tuple[StartIntent, ...] = ()  # starts begun whose identity is not saved yet
 
     def component(self, name: str) -> ComponentRecord | None:
         return next((c for c in self.components if c.name == name), None)
@@ -151,6 +177,7 @@ class AgentState:
             "cgroup_root": self.cgroup_root,
             "notices": [n.to_json() for n in self.notices],
             "singletons": [h.to_json() for h in self.singletons],
+            "starting": [asdict(i) for i in self.starting],
         }
 
     @classmethod
@@ -183,6 +210,7 @@ class AgentState:
                 cgroup_root=str(data.get("cgroup_root", "")),
                 notices=pending_notices.from_json(data.get("notices")),
                 singletons=singleton_holds.from_json(data.get("singletons")),
+                starting=_intents(data.get("starting")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None
@@ -324,6 +352,8 @@ class StateWriter:
         self._pending: AgentState | None = None
         self._submitted = 0
         self._written = 0
+        self._failed: tuple[int, str] = (0, "")  # the last submission a failed write covered
+        self.last_error = ""  # why the last write failed; "" once one succeeded
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
         self._thread.start()
@@ -338,6 +368,19 @@ class StateWriter:
         with self._cond:
             target = self._submitted
             self._cond.wait_for(lambda: self._written >= target, timeout)
+
+    def save_now(self, state: AgentState, timeout: float = 10.0) -> str:
+        """Submit `state` and wait until a write covering it ended; "" once it is on disk
+        (fsync'ed), else why not (the write-ahead of a component's start, prestart.py)."""
+        with self._cond:
+            self._pending = state
+            self._submitted += 1
+            target = self._submitted
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: self._written >= target, timeout):
+                return f"saving the state took over {timeout:g}s"
+            number, why = self._failed
+            return why if number >= target else ""
 
     def close(self) -> None:
         self.flush()
@@ -354,10 +397,15 @@ class StateWriter:
                     return
                 state, self._pending = self._pending, None
                 number = self._submitted
+            why = ""
             try:
                 self.store.save(state)
             except OSError as exc:
-                log.error("cannot save state to %s: %s", self.store.path, exc.strerror)
+                why = f"cannot save state to {self.store.path}: {exc.strerror or exc}"
+                log.error("%s", why)
             with self._cond:
+                self.last_error = why
+                if why:
+                    self._failed = (number, why)
                 self._written = max(self._written, number)
                 self._cond.notify_all()

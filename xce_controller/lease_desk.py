@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from xce_controller.core import leases
 from xce_controller.core.lifecycle import Refused
 from xce_controller.core.model import Fact
-from xce_controller.store.sqlite import Store
+from xce_controller.store.base import Store
 
 log = logging.getLogger(__name__)
 

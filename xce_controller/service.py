@@ -12,12 +12,13 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
-from xce_controller import collector
-from xce_controller.clock import SteadyClock
+from xce_controller import collector, replicas
+from xce_controller.clock import SharedClock, SteadyClock
 from xce_controller.core import crash, credentials, deadlines, joining, notices, power
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
@@ -36,7 +37,7 @@ from xce_controller.core.model import (
 )
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
-from xce_controller.store.sqlite import StorageUnavailable, Store
+from xce_controller.store.base import SharedStore, StaleState, StorageUnavailable, Store
 from xce_protocol import names
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice
@@ -76,7 +77,10 @@ class Controller:
         if self.generated_join_token:
             cfg = replace(cfg, join_token=secrets.token_urlsafe(24))
         self.store = store
-        self.clock = clock or SteadyClock()  # a stepped wall clock moves no interval
+        # A stepped wall clock moves no interval; replicas share the database's clock.
+        self.clock = clock or (
+            SharedClock(cast(SharedStore, store).db_time) if store.shared else SteadyClock()
+        )
         self.cluster, self.seen = store.load()
         problems = lc.template_problems(self.cluster, cfg)
         if problems:
@@ -100,6 +104,9 @@ class Controller:
         self.storage_errors = 0  # changes the database refused since start
         # Told of every committed batch, in order (metrics, the events stream).
         self.on_commit: list[Callable[[list[Fact]], None]] = []
+        # Told of the facts other replicas committed, once applied here (the events stream).
+        self.on_applied: list[Callable[[list[Fact]], None]] = []
+        self.replica = replicas.Replica(self) if store.shared else None
         self.leases.on_commit.append(self._leases_committed)
         # Told once the controller is stopping, on its loop (the events stream's followers).
         self.on_release: list[Callable[[], None]] = []
@@ -121,6 +128,7 @@ class Controller:
         touched: set[str] = set()
         jobs: set[int] = set()
         done: list[Fact] = []
+        after = self.cluster.version if self.store.shared else None
         try:
             for _ in range(64):  # settling always converges; the bound guards a bug
                 if not facts:
@@ -133,7 +141,16 @@ class Controller:
                 done += facts
                 touched |= hosts
                 facts = self._settle(hosts, any(f.kind in RESCAN for f in facts))
-            self.store.commit(done, self.cluster, touched, jobs)
+            began = time.monotonic()
+            self.store.commit(done, self.cluster, touched, jobs, after)
+            if self.replica is not None:
+                self.replica.commits += 1
+                self.replica.commit_seconds += time.monotonic() - began
+        except StaleState:  # decided on an old state: nothing stored, the caller decides again
+            assert self.replica is not None
+            self.replica.stale += 1
+            self.replica.reload()
+            raise
         except StorageUnavailable as exc:
             self.storage_errors += 1
             self._storage_failed(exc.cause)
@@ -154,7 +171,24 @@ class Controller:
         return touched
 
     def _reload(self) -> None:
+        if self.replica is not None:
+            self.replica.dirty = True  # until a reload succeeds: no decision on this state
+            self.replica.reload()
+            return
         self.cluster, _ = self.store.load()
+
+    def wake(self, keys: set[str]) -> None:
+        """Wake the watchers of these hosts (facts another replica committed touched them)."""
+        self._wake(keys)
+
+    def reschedule(self, key: str) -> None:
+        self._schedule(key)
+
+    def _heard(self, key: str, now: float) -> None:
+        """The host's agent spoke: in memory, and for the other replicas in the store."""
+        self.seen[key] = now
+        if self.replica is not None:
+            self.replica.heard(key, now)
 
     def _storage_failed(self, cause: str) -> None:
         if not self.storage_down:
@@ -207,6 +241,9 @@ class Controller:
         self._handle = self._armed = None
         now = self.clock()
         keys = self.timers.pop_due(now)
+        if self.replica is not None:
+            self._fire_shared(keys, now)
+            return
         facts = [
             f
             for key in keys
@@ -226,8 +263,39 @@ class Controller:
                 self._schedule(key)
         self._arm()
 
+    def _fire_shared(self, keys: list[str], now: float) -> None:
+        """A timer among replicas: decided on the whole log and every replica's heartbeat
+        times, by whichever replica commits first; the others then find nothing due."""
+        assert self.replica is not None
+        retry = RETRY
+        try:
+            self.replica.catch_up()
+            self.replica.refresh(keys)
+            facts = [
+                f
+                for key in keys
+                if key in self.cluster.hosts
+                for f in self._due(self.cluster.hosts[key], now)
+            ]
+            if facts:
+                self.commit(facts)
+        except StaleState:
+            retry = 0.0  # another replica moved the log: look again at once, on the new state
+        except Exception:
+            if not self.storage_down:
+                log.exception("timer pass failed")
+        else:
+            retry = -1.0
+        for key in keys:
+            self._schedule(key, now + retry if retry >= 0 else None)
+        self._arm()
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.replica is not None:
+            self.replica.start(self._loop)
+            with contextlib.suppress(StorageUnavailable):  # the first timer pass retries
+                self.replica.refresh(())
         self._arm()
         if self.tune_gc:
             self._freeze()
@@ -268,6 +336,9 @@ class Controller:
             if handle is not None:
                 handle.cancel()
         self._loop = None
+        if self.replica is not None:
+            self.replica.stop()
+            return  # heartbeat times are in the store already, newest from every replica
         try:
             self.store.save_seen(self.seen)  # for display after a restart; never decides
         except StorageUnavailable as exc:
@@ -293,7 +364,7 @@ class Controller:
         self.cfg = cfg
         for key in self.cluster.hosts:
             self._schedule(key)
-        log.warning("config reloaded")
+        log.info("config reloaded")
         # Templates may have grown or shrunk: place what now fits, and say why the rest waits.
         placed = jobmodel.place(self.cluster, cfg, self.clock())
         if placed:
@@ -313,7 +384,7 @@ class Controller:
         except lc.Refused as refused:
             self._keep_record(refused)
             raise
-        self.seen[host.key] = now  # before the commit: what it settles must see the join
+        self._heard(host.key, now)  # before the commit: what it settles must see the join
         self.commit(facts)
         self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
         return self.cluster.hosts[host.key], secret, worker
@@ -338,13 +409,13 @@ class Controller:
             self.commit(facts)
         return self.cluster.hosts[host.key]
 
-    def renew(self, host: Host, boot_id: str = "") -> tuple[Host, str]:
+    def renew(self, host: Host, boot_id: str = "", agent_version: str = "") -> tuple[Host, str]:
         """A new credential for the host's next incarnation (its agent started). A host back
         from a reboot resumes here, without a join: what a join does after a notice's reboot
         (the notice ends, a host it closed reopens) is done here too."""
         now = self.clock()
         secret = credentials.mint()
-        self.commit([joining.renew(host, now, credentials.seal(secret), boot_id)])
+        self.commit([joining.renew(host, now, credentials.seal(secret), boot_id, agent_version)])
         self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
         return self.cluster.hosts[host.key], secret
 
@@ -396,7 +467,7 @@ class Controller:
 
     def heartbeat(self, host: Host, report: dict[str, Any]) -> Host:
         now = self.clock()
-        self.seen[host.key] = now  # in memory only: docs/controller.md, "Persistence"
+        self._heard(host.key, now)  # no fact: docs/controller.md, "Persistence"
         self.reports[host.key] = {**report, "at": now}
         facts = lc.heartbeat(self.cluster, now, host)
         facts += crash.on_report(self.cluster, self.cfg, now, host, report)
@@ -430,7 +501,7 @@ class Controller:
             name = host.name or host.expected_name or host.key
             raise lc.Refused("unknown_host", 404, f"host {name} has not joined yet: join first")
         now = self.clock()
-        self.seen[host.key] = now  # the agent spoke: as good as a heartbeat
+        self._heard(host.key, now)  # the agent spoke: as good as a heartbeat
         # A lost host is heard again first, so the notice closes it: acted on while it was
         # lost, its next heartbeat would have reopened it for work just before it goes.
         resumed = lc.heartbeat(self.cluster, now, host)

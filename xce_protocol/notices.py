@@ -9,9 +9,10 @@ them. Both sides build and check the body here, so they agree on every field.
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass
 from typing import Any
+
+from xce_protocol.times import parse_time
 
 MAX_RAW_BYTES = 8192  # the provider's event, kept for operators; longer ones are cut
 MAX_TEXT = 200
@@ -70,14 +71,10 @@ def notice_from_wire(body: Any) -> Notice:
     kind = _enum(body, "kind", NoticeKind, None)
     state = _enum(body, "state", NoticeState, NoticeState.ACTIVE)
     impact = _enum(body, "impact", Impact, Impact.REBOOT)
-    deadline = body.get("deadline")
-    if deadline is not None and (
-        isinstance(deadline, bool)
-        or not isinstance(deadline, (int, float))
-        or not math.isfinite(deadline)
-        or not 0 < deadline < 1e11
-    ):
-        raise BadNotice("deadline: expected a time in seconds since the epoch or null")
+    given = body.get("deadline")
+    deadline = parse_time(given)  # RFC 3339 (1.2) or seconds since the epoch (1.1)
+    if given is not None and (deadline is None or deadline <= 0):
+        raise BadNotice("deadline: expected a time (RFC 3339 or seconds since the epoch) or null")
     provider = _text(body, "provider", "")
     event_id = _text(body, "event_id", "")
     raw = body.get("raw", "")

@@ -13,7 +13,10 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-PROTOCOL = "1.1"  # 1.1: host credentials issued at join, sent on every later call
+# 1.1: host credentials issued at join, sent on every later call. 1.2: times in answers are
+# RFC 3339 in UTC (they were epoch seconds); heartbeats carry the agent's version.
+PROTOCOL = "1.2"
+CREDENTIALS_SINCE = "1.1"  # the oldest controller this agent can work with (docs/upgrades.md)
 MAJOR = PROTOCOL.split(".", maxsplit=1)[0]
 BUSY = frozenset({429, 503})  # the only answers whose Retry-After is honoured
 MAX_COMPONENTS = 64  # a heartbeat reports at most this many (an agent's config has no more)

@@ -79,6 +79,7 @@ class Reason(str, enum.Enum):
     COMPONENT_ADOPTED = "component_adopted"  # found running after an agent restart
     COMPONENT_EXITED = "component_exited"  # exited; restarted after its backoff
     COMPONENT_SPAWN_FAILED = "component_spawn_failed"  # could not be started at all
+    STATE_UNWRITABLE = "state_unwritable"  # not started: its record could not be saved first
     COMPONENT_PROBE_FAILED = "component_probe_failed"  # liveness probe failed: restarted
     COMPONENT_STOPPED = "component_stopped"  # stopped on request
     WORKER_FATAL = "worker_fatal"  # a worker-role component given up (crash loop)

@@ -255,7 +255,7 @@ class Checker:
         maximum: float = MAX_DURATION,
     ) -> float | None:
         """Seconds, given as a number or as '500ms', '30s', '5m', '1h'; finite, <= maximum."""
-        low = "greater than 0 and" if positive else f"from {minimum:g}s to"
+        low = "greater than 0 and at most" if positive else f"from {minimum:g}s to"
         expected = f"a duration {low} {_human(maximum)} (seconds, or like 500ms, 30s, 5m, 1h)"
         value = self._get(parent, key, path, expected, required)
         if value is _MISSING:

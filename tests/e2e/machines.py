@@ -200,12 +200,16 @@ def remove_cgroup(path: Path) -> None:
 
 
 def files_user_data(files: dict[str, str]) -> str:
-    """Cloud-init user-data that writes `files` (path -> text) and enables the agent."""
+    """Cloud-init user-data that writes `files` (path -> text) and enables the agent (after a
+    daemon-reload when one of them is a systemd drop-in)."""
     parts = ["#cloud-config", "write_files:"]
     for path, text in files.items():
         parts.append(f"- path: {path}\n  content: |")
         parts.extend(f"    {line}" for line in text.splitlines())
-    parts.append("runcmd:\n- [systemctl, enable, --now, xce-agent.service]")
+    parts.append("runcmd:")
+    if any(path.startswith("/etc/systemd/") for path in files):
+        parts.append("- [systemctl, daemon-reload]")
+    parts.append("- [systemctl, enable, --now, xce-agent.service]")
     return "\n".join(parts) + "\n"
 
 

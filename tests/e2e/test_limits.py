@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sys
 from collections.abc import Iterator
@@ -85,9 +86,14 @@ def scope(name: str) -> str:
     return f"xce-{TAG}-{name}.scope"
 
 
+JOB_LIMITS = (ROOT / "examples" / "systemd" / "xce-agent-job-limits.conf").read_text()
+
+
 def user_data() -> str:
     files = {"/etc/xce/agent.yaml": CONFIG, "/etc/xce/worker.py": WORKER}
     files.update({"/etc/xce/hog.py": HOG, "/etc/xce/forker.py": FORKER})
+    # The drop-in the docs show for the jobs' rlimits, as shipped in the package's examples.
+    files["/etc/systemd/system/xce-agent.service.d/job-limits.conf"] = JOB_LIMITS
     return files_user_data(files)
 
 
@@ -110,6 +116,12 @@ def running(machine: Machine, name: str) -> int | None:
     except (OSError, ValueError, StopIteration):
         return None
     return int(comp["pid"]) if comp["phase"] == "running" and comp.get("pid") else None
+
+
+def rlimits(text: str) -> dict[str, tuple[str, str]]:
+    """/proc/PID/limits: the soft and hard limit by name."""
+    rows = [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()[1:]]
+    return {row[0]: (row[1], row[2]) for row in rows if len(row) >= 3}
 
 
 def cgroup_of(machine: Machine, pid: int) -> str:
@@ -150,6 +162,28 @@ def test_limits_live_in_scopes_and_survive_agent_restarts(
         status = host.run("cat", f"/proc/{worker}/status").stdout
         assert f"PPid:\t{main}\n" in status
         assert "Uid:\t65534\t65534\t65534\t65534" in status  # nobody, switched by setpriv
+        # The jobs' rlimits from the drop-in: loaded by systemd, and reaching the worker
+        # through the agent, its scope and the user switch, as far as this container lets
+        # systemd raise them (it sets the closest allowed: here PID 1's hard limits).
+        wanted = {"Max locked memory": "unlimited", "Max stack size": "unlimited"}
+        wanted.update({"Max core file size": "unlimited", "Max open files": "131072"})
+        props = host.show("LimitMEMLOCK", "LimitSTACK", "LimitNOFILE", "LimitCORE")
+        assert props == {
+            "LimitMEMLOCK": "infinity",
+            "LimitSTACK": "infinity",
+            "LimitNOFILE": "131072",
+            "LimitCORE": "infinity",
+        }
+        ceiling = rlimits(host.run("cat", "/proc/1/limits").stdout)
+        got = rlimits(host.run("cat", f"/proc/{worker}/limits").stdout)
+        for name, value in wanted.items():
+            allowed = ceiling[name][1]
+            if allowed == "unlimited" or (value != "unlimited" and int(allowed) >= int(value)):
+                assert got[name] == (value, value), (name, got[name])
+            else:
+                sys.stderr.write(f"{name}: {value} wanted, this container allows {allowed}\n")
+                assert got[name] == (allowed, allowed), (name, got[name])
+        assert host.show("TasksMax")["TasksMax"] == "infinity"
         props = host.show("MemoryMax", "CPUWeight", "TasksMax", "Slice", unit=scope("xce-worker"))
         assert props["MemoryMax"] == str(256 * 1024**2)
         assert (props["CPUWeight"], props["TasksMax"], props["Slice"]) == ("50", "64", "xce.slice")

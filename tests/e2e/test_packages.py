@@ -3,6 +3,7 @@ exactly its own product: python3-xce-protocol, xce-agent, xce-controller, xce-pr
 
 from __future__ import annotations
 
+import gzip
 import re
 import shutil
 import subprocess
@@ -14,6 +15,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_OF = {"xce_protocol": "python3-xce-protocol", "xce_agent": "xce-agent"}
 PACKAGE_OF["xce_controller"] = "xce-controller"
 PACKAGE_OF["xce_provisioner"] = "xce-provisioner"
+# What each package documents under /usr/share/doc/PACKAGE (docs/production.md names them).
+EXAMPLES = {
+    "xce-agent": ["examples/agent.yaml", "examples/xce-agent-job-limits.conf"],
+    "xce-controller": [
+        "production.md",
+        "examples/controller.yaml",
+        "examples/xce-controller-tls.conf",
+        "examples/xce-controller-backup.service",
+        "examples/xce-controller-backup.timer",
+        "examples/alerts.yml",
+        "examples/alerts_test.yml",
+        "examples/grafana-dashboard.json",
+    ],
+}
 
 
 def need(*tools: str) -> pytest.MarkDecorator:
@@ -31,6 +46,11 @@ def _built(script: str, out: Path) -> dict[str, str]:
     """Build with one of packaging/build-*.sh; the packages' paths by package name."""
     paths = _run(str(ROOT / "packaging" / script), str(out)).split()
     return {re.sub(r"[_-]\d.*$", "", Path(p).name): p for p in paths}
+
+
+def _unpacked(deb: str, where: Path) -> Path:
+    subprocess.run(["dpkg-deb", "-x", deb, str(where)], check=True)
+    return where
 
 
 def _packages_in(files: str) -> set[str]:
@@ -59,6 +79,22 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
         assert {PACKAGE_OF[p] for p in _packages_in(listing)} == {name}, name
     assert "lib/systemd/system/xce-agent.service" in files["xce-agent"]
     assert "usr/share/man/man1/xce-agent.1.gz" in files["xce-agent"]
+    for package, command in (
+        ("xce-agent", "xce-agent"),
+        ("xce-controller", "xce-controller"),
+        ("xce-controller", "xcecli"),
+    ):
+        assert f"usr/share/man/man1/{command}.1.gz" in files[package]
+        for where in (
+            f"usr/share/bash-completion/completions/{command}",
+            f"usr/share/zsh/vendor-completions/_{command}",
+            f"usr/share/fish/vendor_completions.d/{command}.fish",
+        ):
+            assert where in files[package], where
+    page = _unpacked(debs["xce-controller"], tmp_path / "ctl") / "usr/share/man/man1/xcecli.1.gz"
+    roff = gzip.decompress(page.read_bytes()).decode()
+    for verb in ("why", "events", "leases", "templates", "cancel", "decommission"):
+        assert f".B xcecli {verb} " in roff, verb
     assert "./usr/bin/xce-agent" in files["xce-agent"] and "xcecli" not in files["xce-agent"]
     for path in (
         "lib/systemd/system/xce-controller.service",
@@ -70,6 +106,9 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
         assert path in files["xce-controller"]
     assert "./usr/bin/xce-provisioner" in files["xce-provisioner"]
     assert "usr/share/man/man1/xce-provisioner.1.gz" in files["xce-provisioner"]
+    for name, paths in EXAMPLES.items():
+        for path in paths:
+            assert f"./usr/share/doc/{name}/{path}" in files[name], (name, path)
     scripts = _run("dpkg-deb", "-I", debs["xce-agent"], "prerm")
     assert 'if [ "$1" = "remove" ]' in scripts and "xce-agent stop" in scripts
     changes = next(tmp_path.glob("*.changes"))
@@ -109,6 +148,15 @@ def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Pa
     assert "/usr/lib/systemd/system/xce-agent.service" in files["xce-agent"]
     assert "/var/lib/xce-agent" in files["xce-agent"]
     assert "/usr/lib/systemd/system/xce-controller.service" in files["xce-controller"]
+    for name, paths in EXAMPLES.items():  # Debian's rpm versions the directory, RHEL's not
+        for path in paths:
+            where = rf"^/usr/share/doc/{name}(-0\.2\.0)?/{re.escape(path)}$"
+            assert re.search(where, files[name], re.M), (name, path)
+    for name in ("xce-controller", "xcecli"):
+        assert f"/usr/share/man/man1/{name}.1.gz" in files["xce-controller"]
+        assert f"/usr/share/bash-completion/completions/{name}" in files["xce-controller"]
+        assert f"/usr/share/zsh/site-functions/_{name}" in files["xce-controller"]
+        assert f"/usr/share/fish/vendor_completions.d/{name}.fish" in files["xce-controller"]
     unpacked = tmp_path / "unpacked"
     unpacked.mkdir()
     archive = subprocess.run(["rpm2cpio", rpms["xce-agent"]], capture_output=True, check=True)

@@ -45,6 +45,7 @@ class AgentProcess:
             f"state_directory: '{self.dir / 'state'}'\n{extra}"
         )
         self.proc: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] | None = None  # another tree's code (test_version_skew)
 
     def start(self) -> AgentProcess:
         with open(self.dir / "agent.log", "ab") as log:
@@ -52,6 +53,8 @@ class AgentProcess:
                 [sys.executable, "-m", "xce_agent", "run", "--config", str(self.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.dir if self.env is not None else None,  # else `-m` finds this tree
             )
         return self
 

@@ -13,15 +13,32 @@ import requests
 
 
 class ControllerProcess:
-    def __init__(self, workdir: Path, config: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        config: str | None = None,
+        db: str = "",
+        args: tuple[str, ...] = (),
+        ca_file: Path | None = None,
+    ) -> None:
+        """`db`: a `--db` value (tests' store_db fixture); the SQLite file in `workdir` else.
+        `args` are added to serve's; with `ca_file` it is reached over https, trusting it."""
         self.workdir = workdir
+        self.args = args
+        self.verify: str | bool = str(ca_file) if ca_file else True
+        self.scheme = "https" if ca_file else "http"
+        self.client_cert: tuple[str, str] | None = None  # when it requires one
         self.db = workdir / "controller.db"
+        self.store = db or str(self.db)  # what `--db` is given
+        self.prefix: list[str] = []  # a command the controller runs under (faketime, say)
         self.config = workdir / "cluster.yaml"
         if config is not None:
             self.config.write_text(config)
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.port = 0  # kept across restarts, so agents find it again
+        self.env: dict[str, str] | None = None  # another tree's code (tests/.../test_version_skew)
+        self.cwd: Path | None = None
 
     def start(self) -> ControllerProcess:
         port_file = self.workdir / "port"
@@ -32,23 +49,32 @@ class ControllerProcess:
             "xce_controller",
             "serve",
             "--db",
-            str(self.db),
+            self.store,
             "--listen",
             f"127.0.0.1:{self.port}",
             "--port-file",
             str(port_file),
+            *self.args,
         ]
         if self.config.exists():
             args += ["--config", str(self.config)]
         with open(self.workdir / "controller.log", "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [*self.prefix, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.cwd,
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if port_file.exists() and port_file.read_text().strip():
                 self.port = int(port_file.read_text().strip())
-                self.url = f"http://127.0.0.1:{self.port}"
+                self.url = f"{self.scheme}://127.0.0.1:{self.port}"
                 try:
-                    requests.get(self.url + "/v1/info", timeout=1)
+                    requests.get(
+                        self.url + "/v1/info", timeout=1, verify=self.verify, cert=self.client_cert
+                    )
                     return self
                 except requests.ConnectionError:
                     pass

@@ -153,6 +153,7 @@ def test_reload_applies_added_removed_and_changed_components(host: HostAgent) ->
     assert done.returncode == 0, done
     assert "removed b" in done.stdout and "added c" in done.stdout
     assert "restarted a" in done.stdout
+    assert "config reloaded: removed b, added c" in host.log()  # the journal says what changed
     wait_for(lambda: host.running_pid("c") and host.component("b") == {})
     wait_for(lambda: host.running_pid("a") not in (None, a))
     new_a = host.running_pid("a")
@@ -200,3 +201,73 @@ def test_the_control_socket_is_root_only(host: HostAgent, tmp_path: Path) -> Non
         ).stdout.strip()
     )
     assert answer == {"ok": False, "message": "unknown command 'nonsense'"}
+
+
+def test_a_recursive_alias_sent_by_sighup_is_refused_and_supervision_goes_on(
+    host: HostAgent,
+) -> None:
+    host.write({"a": (SLEEPER, "restart: {initial_delay: 0, delay: 10ms}")})
+    host.start()
+    wait_for(lambda: host.running_pid("a"))
+    a = host.running_pid("a")
+    assert a is not None
+    good = host.config.read_text()
+    bomb = good.replace("command: [", "command: &r [").replace(".py]", ".py, *r]")
+    assert "*r]" in bomb
+    host.config.write_text(bomb)
+    host.signal(signal.SIGHUP)
+    wait_for(lambda: "an alias refers to its own anchor" in host.log(), 10)
+    assert "SIGHUP: config not reloaded" in host.log()
+    # The loop is not wedged: a killed component is restarted at once.
+    os.kill(a, signal.SIGKILL)
+    wait_for(lambda: host.running_pid("a") not in (None, a), 10)
+    assert host.cli("validate").returncode == 78
+    host.config.write_text(good)
+
+
+def test_hostile_control_clients_do_not_end_the_agent(host: HostAgent) -> None:
+    """A 4,000-deep line and 1,100 idle connections under systemd's default of 1,024 fds."""
+    import resource
+    import socket
+    import time
+
+    host.write({"a": (SLEEPER, "")})
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        host.start()  # inherits the unit's default soft limit
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    wait_for(lambda: host.running_pid("a"))
+    address = str(host.state_dir / "control.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(address)
+        sock.sendall(b"[" * 4000 + b"\n")
+        assert b"bad request" in sock.recv(4096)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), hard))
+    idle: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 5
+        while len(idle) < 1100 and time.monotonic() < deadline:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.setblocking(False)
+            try:
+                conn.connect(address)
+            except BlockingIOError:  # the backlog is full for a moment: try again
+                conn.close()
+                continue
+            except OSError:  # the agent is gone (the socket with it)
+                conn.close()
+                raise
+            idle.append(conn)
+        fds = len(os.listdir(f"/proc/{host.proc.pid}/fd"))  # type: ignore[union-attr]
+        assert host.proc is not None and host.proc.poll() is None, host.log()[-2000:]
+        assert fds < 200, fds
+    finally:
+        for conn in idle:
+            conn.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    done = host.cli("restart", "a")
+    assert done.returncode == 0, done
+    assert host.proc.poll() is None

@@ -20,6 +20,7 @@ from tests.integration.agents import SAMPLE_WORKER, AgentProcess
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
 from tests.metadata_emulator import Emulator, rfc1123, spot
+from xce_protocol.times import times_to_epoch
 
 CLUSTER = """\
 version: 1
@@ -140,7 +141,7 @@ def test_spot_notice_closes_the_host_and_signals_the_worker(world: World, tmp_pa
     applied = world.emulator.change(spot(when))
     wait_for(lambda: world.host()["state"] == "closed", timeout=10)
     latency = time.monotonic() - applied.monotonic
-    notice = world.host()["notice"]
+    notice = times_to_epoch(world.host()["notice"])  # its times: seconds
     assert notice["kind"] == "preemption" and notice["provider"] == "aws"
     assert abs(notice["deadline"] - int(when)) <= 1
     assert latency < 5.0

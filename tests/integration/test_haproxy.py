@@ -28,6 +28,7 @@ from tests.integration.agents import AgentProcess
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import alive, wait_for
 from tests.integration.test_replica_urls import CLUSTER, free_port, host, joins
+from xce_protocol.times import parse_time
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "haproxy.cfg"
 HAPROXY = shutil.which("haproxy") or (
@@ -142,7 +143,7 @@ def test_an_agent_behind_haproxy_carries_on_when_its_replica_dies(
         incarnation = host(second, "n1")["incarnation"]
 
         def beats() -> float:
-            return float(host(second, "n1").get("last_seen") or 0.0)
+            return parse_time(host(second, "n1").get("last_seen")) or 0.0
 
         wait_for(lambda: beats() > 0, timeout=30)
         seen = beats()

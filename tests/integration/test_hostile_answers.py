@@ -204,6 +204,12 @@ def all_of(*checks: Callable[[Run], None]) -> Callable[[Run], None]:
     return check
 
 
+def gzipped(body: dict[str, Any]) -> bytes:
+    import gzip
+
+    return gzip.compress(json.dumps(body).encode())
+
+
 NO_PROTOCOL = {k: v for k, v in REFUSAL.items() if k != "protocol"}
 BAD_JOBS = [
     {"id": 1},
@@ -268,6 +274,41 @@ CASES: dict[str, Case] = {
         )
         for what, name in (("with-a-nul", "gpu\u0000large"), ("of-200-kib", "x" * 200_000))
     },
+    # credentials the agent would send later: one it cannot send would make it deaf for good
+    **{
+        f"join-credential-{what}": Case(
+            answer(200, {**ACCEPT, key: value}),
+            on=("join",),
+            check=detail_says(f"join answer with a {key.replace('_', ' ')} that is not"),
+        )
+        for what, key, value in (
+            ("with-crlf", "credential", "abc\r\nX-Forged: 1"),
+            ("with-a-space", "credential", "abc def"),
+            ("of-600-characters", "credential", "x" * 600),
+            ("not-ascii", "credential", "caf\u00e9"),
+            ("empty", "credential", ""),
+            ("worker-with-crlf", "worker_credential", "w\r\nX-Forged: 1"),
+        )
+    },
+    "join-without-a-worker-credential": Case(
+        answer(200, {k: v for k, v in ACCEPT.items() if k != "worker_credential"}),
+        on=("join",),
+        check=detail_says("join answer without a worker credential"),
+    ),
+    # framing: only an exactly framed answer counts
+    "refusal-with-duplicate-keys": Case(
+        answer(410, json.dumps({**REFUSAL, "host": "node2"})[:-1].encode() + b', "host": "node1"}')
+    ),
+    "refusal-as-text-plain": Case(answer(410, REFUSAL, {"Content-Type": "text/plain"})),
+    "refusal-without-content-type": Case(answer(410, REFUSAL, {"Content-Type": ""})),
+    "refusal-gzip-cut-before-its-trailer": Case(
+        answer(410, gzipped(REFUSAL)[:-8], {"Content-Encoding": "gzip"}),
+        check=detail_says("compressed body does not end where the body ends"),
+    ),
+    "refusal-gzip-with-bytes-after-it": Case(
+        answer(410, gzipped(REFUSAL) + b"more", {"Content-Encoding": "gzip"}),
+        check=detail_says("compressed body does not end where the body ends"),
+    ),
     # redirects to another origin that would refuse: never followed
     **{
         f"redirect-{code}": Case(redirect(code), check=detail_says(f"HTTP {code} redirect"))

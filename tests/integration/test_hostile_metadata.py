@@ -21,6 +21,7 @@ import requests
 from tests.integration.helpers import wait_for
 from tests.integration.test_agent_notices import CHECKPOINTER, Agent, World
 from tests.metadata_emulator import Emulator, aws_event_time, rfc1123, spot
+from xce_protocol.times import times_to_epoch
 
 GCE = "/computeMetadata/v1/instance/"
 AZURE = "/metadata/scheduledevents"
@@ -62,7 +63,7 @@ def answered(
 def obeyed(world: World, out: Path, kind: str, timeout: float = 15) -> dict[str, Any]:
     """The valid notice's three effects: closed at the controller, file written, signal sent."""
     wait_for(lambda: world.host()["state"] == "closed", timeout=timeout)
-    notice: dict[str, Any] = world.host()["notice"]
+    notice: dict[str, Any] = times_to_epoch(world.host()["notice"])  # its times: seconds
     assert notice["kind"] == kind
     wait_for(lambda: out.exists() and kind in out.read_text(), timeout=10)
     seen = [json.loads(line) for line in out.read_text().splitlines()]

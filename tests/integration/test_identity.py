@@ -24,6 +24,7 @@ import requests
 from tests.integration.agents import AgentProcess
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
+from xce_protocol.times import parse_time
 
 ADMIN, PROVISIONER, JOIN = "admin-0123456789abcdef", "prov-0123456789abcdef", "join-0123456789ab"
 CONFIG = f"""\
@@ -485,7 +486,7 @@ def test_a_cloned_state_directory_is_refused_and_recorded(api: Api, tmp_path: Pa
         cred = a.dir / "state" / "credential.json"
         wait_for(lambda: '"incarnation": 2' in cred.read_text())
         renewed = cred.stat().st_mtime
-        wait_for(lambda: (api.host("node1")["last_seen"] or 0) > renewed)  # new one presented
+        wait_for(lambda: (parse_time(api.host("node1")["last_seen"]) or 0) > renewed)  # presented
         b.start()
         wait_for(lambda: "stale_incarnation" in b.state().get("controller", {}).get("detail", ""))
         assert (

@@ -31,9 +31,19 @@ notices: {margin: 10s, rebalance_reopen: 2s}
 BEARERS = Bearers("adm1n", "j0in-t0ken")
 
 
+# On PostgreSQL too: the notice timers (requeue at the deadline, once) and a lost host's
+# notice; the rest decides nothing a store sees differently, and each run costs a process.
+PG_TESTS = {
+    "test_the_requeue_on_a_notice_happens_once_and_the_old_host_cannot_finish_it",
+    "test_preemption_closes_the_host_and_requeues_at_deadline_minus_margin",
+    "test_lost_host_with_a_notice_is_listed_to_return_with_it",
+    "test_rebalance_reopens_by_itself",
+}
+
+
 @pytest.fixture
-def ctl(tmp_path: Path) -> Iterator[ControllerProcess]:
-    proc = ControllerProcess(tmp_path, CONFIG).start()
+def ctl(tmp_path: Path, store_db: str) -> Iterator[ControllerProcess]:
+    proc = ControllerProcess(tmp_path, CONFIG, db=store_db).start()
     yield proc
     proc.stop()
 

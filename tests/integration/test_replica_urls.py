@@ -28,6 +28,7 @@ from tests.integration.agents import AgentProcess
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import alive, wait_for
 from xce_controller.store.sqlite import Store
+from xce_protocol.times import parse_time
 
 CLUSTER = """\
 version: 1
@@ -149,7 +150,7 @@ def test_the_agent_moves_to_the_next_replica_keeps_its_credential_and_heartbeats
         first.kill()  # the replica the agent talks to dies
 
         def beats_on_second() -> float:
-            return float(host(second, "n1").get("last_seen") or 0.0)
+            return parse_time(host(second, "n1").get("last_seen")) or 0.0
 
         wait_for(lambda: beats_on_second() > 0, timeout=30)
         seen = beats_on_second()
@@ -186,8 +187,8 @@ def test_a_replica_answering_503_is_passed_over_and_is_never_a_refusal(
         wait_for(lambda: "checked in as n2" in agent.log(), timeout=30)  # the worker too
         worker = agent.worker_pid()
         asked = len(busy.requests)
-        seen = float(host(ctl, "n2").get("last_seen") or 0.0)
-        wait_for(lambda: float(host(ctl, "n2").get("last_seen") or 0.0) > seen, timeout=10)
+        seen = parse_time(host(ctl, "n2").get("last_seen")) or 0.0
+        wait_for(lambda: (parse_time(host(ctl, "n2").get("last_seen")) or 0.0) > seen, timeout=10)
         assert len(busy.requests) == asked  # it stays on the one that answers
         # Now the one that answered dies: only the busy one is left, answering 503.
         ctl.kill()

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import requests
 
+from tests.integration.fleet_story import CONFIG as STORY
+from tests.integration.fleet_story import write
 from tests.integration.helpers import wait_for
 from xce_controller.core.config import load_cluster_config
 from xce_controller.http.server import EmbeddedController
@@ -225,3 +227,91 @@ def test_page_escapes_what_admins_and_hosts_wrote(ctl: EmbeddedController) -> No
     for path in ("/ui", "/ui/hosts/gpu2", "/ui?q=%3Cscript%3E"):
         page = requests.get(ctl.url + path, headers=headers, timeout=5).text
         assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def sign_in(browser: Any, url: str) -> None:
+    browser.get(url + "/ui/login")
+    browser.find_element(By.ID, "token").send_keys("r3ad")
+    browser.find_element(By.ID, "signin").click()
+    until(browser, lambda d: d.current_url.endswith("/ui"))
+
+
+def lanes(driver: Any) -> dict[str, int]:
+    names = attrs(driver, "#fleet g[data-lane]", "data-lane")
+    return dict(zip(names, map(int, attrs(driver, "#fleet g[data-lane]", "data-total"))))
+
+
+def bands(driver: Any) -> dict[str, int]:
+    names = attrs(driver, "#fleet polygon[data-state]", "data-state")
+    return dict(zip(names, map(int, attrs(driver, "#fleet polygon[data-state]", "data-now"))))
+
+
+def test_a_large_fleet_shows_a_page_at_a_time_and_draws_its_last_hours(
+    tmp_path: Path, browser: Any
+) -> None:
+    (tmp_path / "cluster.yaml").write_text(STORY)
+    cfg = load_cluster_config(tmp_path / "cluster.yaml")
+    left = write(tmp_path / "c.db", cfg)
+    assert (left["open"], left["lost"], left["expected"], left["returned"]) == (227, 17, 3, 50)
+    ctl = EmbeddedController(cfg, tmp_path / "c.db").start()
+    try:
+        sign_in(browser, ctl.url)
+        shown = browser.find_element(By.ID, "shown").text
+        assert (
+            shown == "(1-50 of 247 matching, 307 in all; 60 decommissioned or returned not shown)"
+        )
+        assert len(rows(browser, "hosts")) == 50
+        assert browser.execute_script("return document.body.scrollHeight") < 4000
+        # The picture, drawn by the controller from the hosts' histories.
+        # Bands of every state the window saw, with its count now.
+        assert bands(browser) == {
+            "open": 227,
+            "closed": 0,
+            "draining": 0,
+            "lost": 17,
+            "expected": 3,
+        }
+        assert lanes(browser) == {"drains": 60, "losses": 17, "notices": 12}
+        legend = browser.find_element(By.ID, "fleet-legend").text
+        assert "open 227" in legend and "lost 17" in legend
+        label = browser.find_element(By.ID, "fleet").get_attribute("aria-label")
+        assert (
+            label == "Live hosts by state over the last 6 hours: now 227 open, 17 lost, 3 expected"
+        )
+        shot = os.environ.get("XCE_UI_FLEET_SCREENSHOT") or str(tmp_path / "fleet.png")
+        assert browser.save_screenshot(shot)
+
+        browser.find_element(By.ID, "page-next").click()
+        until(browser, lambda d: d.find_element(By.ID, "shown").text.startswith("(51-100 of 247"))
+        assert "page=2" in browser.current_url and len(rows(browser, "hosts")) == 50
+        browser.get(ctl.url + "/ui?page=5")
+        assert browser.find_element(By.ID, "shown").text.startswith("(201-247 of 247")
+        assert "page-next" not in browser.page_source
+        # The past on request: the box, or a state filter naming it.
+        browser.get(ctl.url + "/ui")
+        browser.find_element(By.ID, "f-all").click()
+        browser.find_element(By.ID, "f-apply").click()
+        until(
+            browser,
+            lambda d: d.find_element(By.ID, "shown").text == "(1-50 of 307 matching, 307 in all)",
+        )
+        browser.get(ctl.url + "/ui")
+        Select(browser.find_element(By.ID, "f-state")).select_by_value("returned")
+        browser.find_element(By.ID, "f-apply").click()
+        until(browser, lambda d: "of 50 matching" in d.find_element(By.ID, "shown").text)
+        assert set(attrs(browser, "#hosts tr[data-host]", "data-state")) == {"returned"}
+        # Another window; the picture follows the events stream like the rest of the page.
+        browser.get(ctl.url + "/ui")
+        browser.find_element(By.LINK_TEXT, "1h").click()
+        until(
+            browser,
+            lambda d: "last hour" in d.find_element(By.ID, "fleet").get_attribute("aria-label"),
+        )
+        assert lanes(browser) == {"drains": 0, "losses": 0, "notices": 0}
+        until(browser, lambda d: d.find_element(By.ID, "live").text == "live")
+        browser.execute_script("window.xceMarker = 3")
+        admin(ctl, "POST", "/v1/hosts/node030/decommission", {"reason": "scale in"})
+        until(browser, lambda d: lanes(d)["drains"] == 1)
+        assert browser.execute_script("return window.xceMarker") == 3  # updated in place
+    finally:
+        ctl.stop()

@@ -248,3 +248,30 @@ def test_token_file_is_read_and_never_shown(tmp_path: Path) -> None:
     config = load_config(path)
     assert config.controller is not None and config.controller.token == "tok-123"
     assert "tok-123" not in repr(config)
+
+
+def test_a_client_certificate_needs_its_key_and_must_match_it(tmp_path: Path) -> None:
+    from tests.certs import Authority
+
+    ca = Authority(tmp_path / "ca")
+    a, b = ca.issue("a"), ca.issue("b")
+
+    def controller(**keys: Path) -> str:
+        lines = "".join(f"  {k}: {v}\n" for k, v in keys.items())
+        return minimal(top=f"controller:\n  url: https://x\n{lines}")
+
+    config = load_config(
+        write(tmp_path, controller(client_cert_file=a.cert, client_key_file=a.key))
+    )
+    assert config.controller is not None
+    assert (config.controller.client_cert_file, config.controller.client_key_file) == (
+        a.cert,
+        a.key,
+    )
+    (alone,) = problems(tmp_path, controller(client_cert_file=a.cert))
+    assert alone.startswith(
+        "controller.client_key_file: expected a file path beside client_cert_file, got nothing"
+    )
+    (mismatch,) = problems(tmp_path, controller(client_cert_file=a.cert, client_key_file=b.key))
+    assert mismatch.startswith("controller.client_cert_file: expected a PEM certificate and")
+    assert "key values mismatch" in mismatch, mismatch

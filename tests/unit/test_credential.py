@@ -152,3 +152,36 @@ def test_instance_ids_the_controller_refuses_are_config_errors(tmp_path: Path, i
         "instance.id: expected an instance id (letters, digits, _ . -), "
         f"got 'i-1/../2' ({path} line 3)"
     ]
+
+
+@pytest.mark.parametrize(
+    "secret, worker",
+    [("abc\r\nX-Forged: 1", ""), ("abc def", ""), ("x" * 600, ""), ("ok", "w\nx"), ("", "")],
+)
+def test_a_stored_credential_that_cannot_be_sent_is_dropped(
+    tmp_path: Path, secret: str, worker: str
+) -> None:
+    """Kept, it made every request fail inside the agent, across restarts: deaf for good."""
+    store = CredentialStore(tmp_path)
+    store.save(HostCredential("n1", "i-1", "https://ctl", 3, secret, worker))
+    assert store.peek() is not None  # the input arrived
+    assert store.load("n1", "i-1", ("https://ctl",)) is None
+    assert not store.path.exists()  # the agent joins again with its join token
+    store.save(HostCredential("n1", "i-1", "https://ctl", 4, "good", "worker-good"))
+    assert store.load("n1", "i-1", ("https://ctl",)) is not None
+
+
+def test_unusable_names_what_an_answer_issues_wrong() -> None:
+    from xce_agent.controller.credential import unusable
+
+    good = {"credential": "c-1", "worker_credential": "w-1"}
+    assert unusable(good, joining=True) == ""
+    assert unusable({}, joining=False) == ""  # a renewal may issue nothing new
+    assert unusable({"credential": "c-1"}, joining=True) == "without a worker credential"
+    assert "credential that is not printable ASCII" in unusable(
+        {**good, "credential": "a\r\nb"}, joining=False
+    )
+    assert "worker credential that is not" in unusable(
+        {**good, "worker_credential": 7}, joining=True
+    )
+    assert from_answer({"credential": "a b"}, "n1", "i-1", "u") is None

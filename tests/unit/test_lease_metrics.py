@@ -103,7 +103,7 @@ def test_after_a_restart_the_token_is_kept_and_counters_start_at_zero(tmp_path: 
     clock = Clock()
     desk, _ = desk_with_metrics(tmp_path / "db", clock)
     desk.acquire("prov", "h1", "s1", 5.0)
-    desk.store.db.close()
+    desk.store.close()
     _, registry = desk_with_metrics(tmp_path / "db", clock)
     m = scrape(registry)
     assert value(m, "xce_controller_lease_token", lease="prov") == 1

@@ -37,7 +37,7 @@ def test_a_component_event_outside_the_table_raises(
 
 def test_every_event_type_has_a_row_and_commands_go_anywhere() -> None:
     assert set(m.ALLOWED) == {m.Start, m.Stop, m.Timer, m.ProbeResult, m.Spawned}.union(
-        {m.SpawnFailed, m.Adopted, m.Exited}
+        {m.SpawnFailed, m.Deferred, m.Adopted, m.Exited}
     )
     for phase in m.Phase:
         state = m.ComponentState(phase=phase, pid=42 if phase is m.Phase.STOPPING else None)

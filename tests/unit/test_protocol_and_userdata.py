@@ -103,7 +103,7 @@ def test_what_the_controller_says_reaches_logs_and_status_without_control_charac
 
 def test_newer_major_version_is_reported_clearly() -> None:
     answer = classify(200, {"host": "node1", "state": "open", "protocol": "2.1"}, ME)
-    assert answer.detail == "controller speaks protocol 2.1, this agent 1.1"
+    assert answer.detail == "controller speaks protocol 2.1, this agent 1.2"
 
 
 def test_rendered_user_data_writes_a_config_the_agent_accepts(tmp_path: Path) -> None:

@@ -54,8 +54,8 @@ def test_a_good_config_loads_with_its_defaults(tmp_path: Path) -> None:
         ),
         (
             ("bmcs:", "graceful_timeout: soon\nbmcs:"),
-            "graceful_timeout: expected a duration greater than 0 and 168h (seconds, or like "
-            "500ms, 30s, 5m, 1h), got 'soon' (F line 2)",
+            "graceful_timeout: expected a duration greater than 0 and at most 168h (seconds, or "
+            "like 500ms, 30s, 5m, 1h), got 'soon' (F line 2)",
         ),
         (
             ("bmcs:", "exclude_states: [open]\nbmcs:"),

@@ -96,3 +96,31 @@ def test_the_agents_heartbeat_of_a_worker_that_cannot_start_is_taken(tmp_path: A
     body = _make(HeartbeatBody, **reports.heartbeat())
     (sent,) = body.components
     assert sent.state == "fatal" and sent.last_exit.startswith("failed to start: [Errno 2]")
+
+
+def test_the_agent_says_its_version_at_join_and_in_every_heartbeat(tmp_path: Any) -> None:
+    from xce_agent import __version__
+    from xce_agent.config.agent import load_config
+    from xce_agent.controller.reports import Reports
+    from xce_agent.state import AgentState
+
+    config = tmp_path / "agent.yaml"
+    config.write_text(
+        "version: 1\ninstance: {id: i-1, host_name: h1}\n"
+        "roles:\n  worker:\n    components:\n      w: {command: [/bin/true]}\n"
+        f"state_directory: {tmp_path}/state\n"
+    )
+    reports = Reports(load_config(config), AgentState)
+    assert _make(JoinBody, **reports.join()).agent_version == __version__
+    assert _make(HeartbeatBody, **reports.heartbeat()).agent_version == __version__
+    assert _make(HeartbeatBody, protocol="1.1").agent_version == ""  # a 1.1 agent says nothing
+
+
+def test_an_agent_of_another_major_protocol_is_refused_by_the_schema() -> None:
+    from xce_protocol.protocol import PROTOCOL
+
+    with pytest.raises(
+        ValueError, match=f"agent speaks protocol '2.0', this controller {PROTOCOL}"
+    ):
+        _make(HeartbeatBody, protocol="2.0")
+    assert _make(HeartbeatBody, protocol="1.0").protocol == "1.0"  # minors: not refused here

@@ -114,3 +114,13 @@ def test_two_singletons_of_one_host_may_not_share_a_lease(tmp_path: Path) -> Non
         "prov-b",
         "other",
     ]
+
+
+def test_a_bad_stop_timeout_of_a_singleton_is_one_problem(tmp_path: Path) -> None:
+    # The bad value is reported once; the default it is replaced by (10s, longer than a 15s
+    # lease allows) must not be reported a second time as too long for the lease.
+    found = problems(tmp_path, config(tmp_path, "stop_timeout: soon"))
+    assert len(found) == 1, found
+    assert found[0].startswith(
+        "roles.provisioner.components.Prov.stop_timeout: expected a duration"
+    )

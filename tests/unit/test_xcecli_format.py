@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from xce_controller.cli.xcecli import _when
+from xce_controller.cli.text import when as _when
 
 
 def test_times_within_a_day_show_the_time_older_ones_the_date_too() -> None:

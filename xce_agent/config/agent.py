@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,8 @@ class ControllerConfig:
     timeout: float = 10.0
     max_retry_delay: float = 30.0  # joins back off up to this (and below half the grace)
     other_urls: tuple[str, ...] = ()  # the replicas listed after it, in order
+    client_cert_file: Path | None = None  # shown to a controller that asks for one (mTLS)
+    client_key_file: Path | None = None
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -158,10 +161,21 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
     c.allowed_keys(
         node,
         p,
-        ("url", "ca_file", "token", "token_file", "timeout", "max_retry_delay", "plain_http"),
+        (
+            "url",
+            "ca_file",
+            "client_cert_file",
+            "client_key_file",
+            "token",
+            "token_file",
+            "timeout",
+            "max_retry_delay",
+            "plain_http",
+        ),
     )
     urls = parse_urls(node, c)
     ca_file = _existing_file(node, "ca_file", p, c)
+    client = _client_pair(node, c)
     token = c.string(node, "token", p, required=False)
     token_file = _existing_file(node, "token_file", p, c)
     if token is not None and token_file is not None:
@@ -186,7 +200,38 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
     retry = c.duration(node, "max_retry_delay", p, default=30.0, minimum=1.0)
     if urls is None or timeout is None or retry is None:
         return None
-    return ControllerConfig(urls[0], ca_file, token, token_file, timeout, retry, urls[1:])
+    return ControllerConfig(urls[0], ca_file, token, token_file, timeout, retry, urls[1:], *client)
+
+
+def _client_pair(node: LineDict, c: Checker) -> tuple[Path | None, Path | None]:
+    """The client certificate and its key, both or neither."""
+    cert = _existing_file(node, "client_cert_file", "controller", c)
+    key = _existing_file(node, "client_key_file", "controller", c)
+    for given, other in (
+        ("client_cert_file", "client_key_file"),
+        ("client_key_file", "client_cert_file"),
+    ):
+        if given in node and other not in node:
+            c.report(
+                join_path("controller", other),
+                f"a file path beside {given}",
+                "nothing",
+                c.line_of(node, given),
+            )
+            return None, None
+    if cert is None or key is None:
+        return None, None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:
+        c.report(
+            "controller.client_cert_file",
+            "a PEM certificate and, in client_key_file, its unencrypted key",
+            str(getattr(exc, "reason", None) or exc).replace("_", " ").lower(),
+            c.line_of(node, "client_cert_file"),
+        )
+        return None, None
+    return cert, key
 
 
 def _existing_file(node: LineDict, key: str, path: str, c: Checker) -> Path | None:

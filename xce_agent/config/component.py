@@ -71,9 +71,11 @@ def parse_component(
         )
     stop_signal = _signal(node, p, c)
     notice_signal = _signal(node, p, c, "notice_signal") if "notice_signal" in node else None
+    timeout_mark = c.mark()
     stop_timeout = c.duration(node, "stop_timeout", p, default=STOP_TIMEOUT)
+    timeout_ok = not c.failed_since(timeout_mark)  # a reported value is not checked again
     _, singleton = parse_singleton(role, name, node, p, c, clustered)
-    if singleton is not None:
+    if singleton is not None and timeout_ok:
         stop_timeout = singleton_stop_timeout(singleton, node, p, stop_timeout, c)
     restart = parse_restart(node, p, c)
     probe = parse_probe(node, p, c)

@@ -9,6 +9,10 @@
   soon as the decoded size passes the limit: a small compressed bomb costs a small buffer.
 - JSON nesting is measured before parsing, so a deep body cannot exhaust the parser's stack;
   NaN and Infinity are not JSON and are refused.
+- Only an exactly framed answer is read as JSON: its Content-Type is application/json, a
+  compressed body ends with its trailer exactly where the body ends (Content-Length cutting a
+  gzip stream, or bytes after it, is a failure), and no object repeats a key (which of two
+  `host` values would count?). Anything else is no answer, so it cannot stop the worker.
 Every failure is an `HttpFailure` with a one-line message.
 """
 
@@ -135,9 +139,10 @@ def request(
         response = conn.getresponse()
         # From here the response owns the socket; the deadline's timer still bounds reads.
         data = _read_body(response, deadline, max_body)
+        media = (response.getheader("Content-Type", "") or "").split(";")[0].strip().lower()
         return Reply(
             response.status,
-            parse_json(data),
+            parse_json(data) if media == "application/json" else None,
             _retry_after(response.getheader("Retry-After", "")),
             response.getheader("Location", "") or "",
         )
@@ -221,6 +226,8 @@ def _read_body(response: http.client.HTTPResponse, deadline: float, limit: int) 
                 out += decoder.decompress(decoder.unconsumed_tail, limit + 1 - len(out))
         if len(out) > limit:
             raise HttpFailure(f"controller answer larger than {limit} bytes (decoded): cut")
+    if decoder is not None and (not decoder.eof or decoder.unused_data):
+        raise HttpFailure("controller answer's compressed body does not end where the body ends")
     return bytes(out)
 
 
@@ -240,12 +247,22 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        raise ValueError("an object repeats a key")
+    return data
+
+
 def parse_json(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
-    """The parsed body, or None for anything that is not bounded, valid JSON."""
+    """The parsed body, or None for anything that is not bounded, valid JSON whose objects
+    each name a key once."""
     if not data or json_depth(data) > max_depth:
         return None
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        return json.loads(
+            data.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_unique
+        )
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
 

@@ -58,6 +58,12 @@ class ControllerClient:
         if any(target.tls for target in self.targets):
             cafile = str(config.ca_file) if config.ca_file else None
             self.tls = ssl.create_default_context(cafile=cafile)
+            cert, key = config.client_cert_file, config.client_key_file
+            if cert and key:
+                try:  # checked with the config; a file changed since shows as a TLS failure
+                    self.tls.load_cert_chain(str(cert), str(key))
+                except (OSError, ssl.SSLError) as exc:
+                    log.error("cannot load the client certificate %s: %s", cert, exc)
         self.inflight = Inflight()
         self._headers = {
             "User-Agent": f"xce-agent/{__version__}",

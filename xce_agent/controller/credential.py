@@ -7,6 +7,12 @@ presented, so that host joins afresh with its join token. With a list of URLs (t
 controller's replicas) the credential is the cluster's: it is kept while the config still
 lists the URL it was stored with (the first of the list at the time), whichever replica
 issued it.
+
+Every secret is checked against what it must be on the wire (an HTTP header value: printable
+ASCII without spaces, at most MAX_SECRET characters) when it arrives and when it is read back:
+a credential with CR/LF once made every later request fail inside the agent, so no heartbeat
+or rejoin was ever sent again. One that arrives bad fails its answer; one stored bad is dropped
+and the host joins again with its join token.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +31,8 @@ from xce_protocol.atomic_file import write_atomic
 log = logging.getLogger(__name__)
 
 CREDENTIAL_FILE = "credential.json"
+MAX_SECRET = 512
+_WIRE = re.compile(r"[!-~]+")  # printable ASCII, no space: a header value sent as it is
 
 
 @dataclass(frozen=True)
@@ -36,8 +45,29 @@ class HostCredential:
     worker_secret: str = field(default="", repr=False)  # the worker's, for its own calls
 
 
+def sendable(value: Any) -> bool:
+    """The value can be sent as a bearer token exactly as it is."""
+    return isinstance(value, str) and len(value) <= MAX_SECRET and bool(_WIRE.fullmatch(value))
+
+
 def _secret(value: Any) -> str | None:
-    return value if isinstance(value, str) and 0 < len(value) <= 512 else None
+    return value if sendable(value) else None
+
+
+def unusable(body: dict[str, Any], joining: bool) -> str:
+    """Why the credentials an answer issues could not be sent later; "" when they can.
+
+    A join must issue both the host's and the worker's; a renewal may leave either out (the
+    ones held are kept), but what it does send must be sendable."""
+    rule = f"printable ASCII without spaces, at most {MAX_SECRET} characters"
+    for key in ("credential", "worker_credential"):
+        if key not in body and not joining:
+            continue
+        if key not in body:
+            return f"without a {key.replace('_', ' ')}"
+        if not sendable(body[key]):
+            return f"with a {key.replace('_', ' ')} that is not {rule}"
+    return ""
 
 
 def from_answer(
@@ -77,9 +107,20 @@ class CredentialStore:
             return None
 
     def load(self, host: str, instance_id: str, urls: tuple[str, ...]) -> HostCredential | None:
-        """The stored credential if it was issued to this identity; None otherwise."""
+        """The stored credential if it was issued to this identity and can be sent; None
+        otherwise (one that cannot be sent is dropped: the host joins with its join token)."""
         cred = self.peek()
         if cred is None:
+            return None
+        if not sendable(cred.secret) or not (
+            cred.worker_secret == "" or sendable(cred.worker_secret)
+        ):
+            log.error(
+                "%s: stored host credential cannot be sent (not printable ASCII without spaces):"
+                " dropped, joining again",
+                self.path,
+            )
+            self.clear()
             return None
         if (cred.host, cred.instance_id) != (host, instance_id) or cred.controller_url not in urls:
             log.info(

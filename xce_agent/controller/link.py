@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from xce_agent.config.agent import ControllerConfig
 from xce_agent.controller import farewell
-from xce_agent.controller.credential import CredentialStore, HostCredential, from_answer
+from xce_agent.controller.credential import CredentialStore, HostCredential, from_answer, unusable
 from xce_agent.core import membership as ms
 from xce_agent.core.answers import (
     RETRY_AFTER_MAX,
@@ -39,7 +39,7 @@ from xce_agent.core.answers import (
     unknown,
     version_of,
 )
-from xce_protocol.protocol import PROTOCOL, Answer, Identity, Outcome, template_of
+from xce_protocol.protocol import CREDENTIALS_SINCE, Answer, Identity, Outcome, template_of
 
 __all__ = ["RETRY_AFTER_MAX", "Client", "ControllerLink", "clamp", "retry_delay"]
 
@@ -250,6 +250,9 @@ class ControllerLink:
             self.cycles["membership"] += 1
             if self._final(answer):
                 return None
+            if answer.outcome is Outcome.ACCEPTED and unusable(answer.body, joining=False):
+                why = unusable(answer.body, joining=False)
+                answer = Answer(Outcome.RETRY, f"renewal answer {why}: ignored")
             if answer.outcome is Outcome.ACCEPTED:
                 self._keep(answer.body)
                 host, state = self._joined(answer.body)
@@ -290,11 +293,15 @@ class ControllerLink:
         answer = self.client.join(self.join_payload())
         if answer.outcome is Outcome.ACCEPTED and template_of(answer.body) is None:
             answer = Answer(Outcome.RETRY, "join answer without a usable template")
+        if answer.outcome is Outcome.ACCEPTED and "credential" in answer.body:
+            why = unusable(answer.body, joining=True)
+            if why:  # taken, it would make every later request fail inside the agent
+                answer = Answer(Outcome.RETRY, f"join answer {why}: ignored")
         if answer.outcome is Outcome.ACCEPTED and not self._keep(answer.body):
             answer = Answer(
                 Outcome.RETRY,
                 f"controller (protocol {answer.body.get('protocol')}) issues no host "
-                f"credential: this agent needs protocol {PROTOCOL} or later",
+                f"credential: this agent needs protocol {CREDENTIALS_SINCE} or later",
             )
         if answer.outcome is not Outcome.ACCEPTED:
             if answer.outcome is not Outcome.DECOMMISSIONED:

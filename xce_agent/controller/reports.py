@@ -65,6 +65,7 @@ class Reports:
             "instance_id": self.config.instance.id,
             "boot_id": boot_id(),
             "agent_state": agent_state,
+            "agent_version": __version__,
             "components": [
                 {
                     "name": c.name,

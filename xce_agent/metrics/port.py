@@ -73,5 +73,8 @@ class MetricsPort:
         self._thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        # shutdown() waits for serve_forever to notice; when the agent failed before start()
+        # it never ran, and the wait would last for ever (a start failure that never exits).
+        if self._thread.is_alive():
+            self.server.shutdown()
         self.server.server_close()

@@ -4,14 +4,18 @@
 be root or the agent's own user (SO_PEERCRED). One request, one answer, each a JSON line:
 `{"command": "start", "name": "xce-worker"}` -> `{"ok": true, "message": "..."}`. The
 server runs on the agent's event loop and never blocks it: requests are read without
-blocking, are at most MAX_REQUEST bytes, and a connection that sends nothing useful within
-a second is dropped.
+blocking, are at most MAX_REQUEST bytes nested at most MAX_NESTING deep (checked before the
+JSON parser sees them), a connection that sends nothing useful within a second is dropped,
+and at most MAX_CONNECTIONS wait at once (more are closed at once). No request, however
+malformed, and no failure to accept (EMFILE) ends the agent: it is answered or logged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import logging
 import os
 import socket
 import struct
@@ -22,8 +26,14 @@ from pathlib import Path
 from xce_agent.supervision.reactor import Reactor, TimerHandle
 
 SOCKET_NAME = "control.sock"
+log = logging.getLogger(__name__)
+
 MAX_REQUEST = 4096
-COMMANDS = ("start", "stop", "restart", "reset", "reload", "stop-all")
+MAX_NESTING = 8
+MAX_CONNECTIONS = 32
+ACCEPT_PAUSE = 1.0  # seconds without accepting after EMFILE: the backlog waits meanwhile
+# "saving": whether the agent's last save of its state reached the disk (for `status`).
+COMMANDS = ("start", "stop", "restart", "reset", "reload", "stop-all", "saving")
 
 
 @dataclass(frozen=True)
@@ -77,11 +87,25 @@ class ControlServer:
         self.sock.setblocking(False)
         reactor.add_reader(self.sock.fileno(), self._accept)
         self._conns: dict[int, tuple[socket.socket, bytearray, TimerHandle]] = {}
+        self._paused: TimerHandle | None = None
 
     def _accept(self) -> None:
         try:
             conn, _ = self.sock.accept()
         except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._pause_accepting(exc)
+            return
+        try:
+            self._admit(conn)
+        except OSError as exc:  # the peer went away between accept and the first call
+            log.debug("control connection dropped: %s", exc)
+            conn.close()
+
+    def _admit(self, conn: socket.socket) -> None:
+        if len(self._conns) >= MAX_CONNECTIONS:
+            conn.close()  # at once: idle connections must not pile up to the fd limit
             return
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _pid, uid, _gid = struct.unpack("3i", creds)
@@ -95,8 +119,23 @@ class ControlServer:
         self._conns[fd] = (conn, bytearray(), timer)
         self.reactor.add_reader(fd, lambda: self._read(fd))
 
+    def _pause_accepting(self, exc: OSError) -> None:
+        """Out of descriptors (or memory): stop accepting for a while, never spin or exit."""
+        name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        log.warning("control socket: cannot accept (%s); pausing %.0fs", name, ACCEPT_PAUSE)
+        self.reactor.remove_reader(self.sock.fileno())
+        self._paused = self.reactor.call_later(ACCEPT_PAUSE, self._resume_accepting)
+
+    def _resume_accepting(self) -> None:
+        self._paused = None
+        if self.sock.fileno() >= 0:
+            self.reactor.add_reader(self.sock.fileno(), self._accept)
+
     def _read(self, fd: int) -> None:
-        conn, buffer, _ = self._conns[fd]
+        entry = self._conns.get(fd)
+        if entry is None:
+            return
+        conn, buffer, _ = entry
         try:
             data = conn.recv(MAX_REQUEST)
         except (BlockingIOError, InterruptedError):
@@ -111,14 +150,21 @@ class ControlServer:
         self._drop(fd)
 
     def _answer(self, raw: bytes) -> Answer:
+        line = raw.split(b"\n", 1)[0]
+        if len(line) > MAX_REQUEST or nesting(line) > MAX_NESTING:
+            return Answer(False, "bad request")
         try:
-            request = json.loads(raw.split(b"\n", 1)[0])
+            request = json.loads(line)
             command, name = str(request["command"]), str(request.get("name") or "")
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return Answer(False, "bad request")
         if command not in COMMANDS:
             return Answer(False, f"unknown command {command!r}")
-        return self.handler(command, name)
+        try:
+            return self.handler(command, name)
+        except Exception as exc:  # one request's failure is answered, the agent goes on
+            log.exception("control request %r %r failed", command, name)
+            return Answer(False, f"internal error: {type(exc).__name__}")
 
     def _send(self, conn: socket.socket, answer: Answer) -> None:
         reply: dict[str, object] = {"ok": answer.ok, "message": answer.message}
@@ -142,10 +188,34 @@ class ControlServer:
     def close(self) -> None:
         for fd in list(self._conns):
             self._drop(fd)
+        if self._paused is not None:
+            self._paused.cancel()
         self.reactor.remove_reader(self.sock.fileno())
         self.sock.close()
         with contextlib.suppress(OSError):
             self.path.unlink()
+
+
+def nesting(line: bytes) -> int:
+    """How deep `[` and `{` nest in a JSON text, outside strings; counted without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in line:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def request(path: Path, command: str, name: str = "", timeout: float = 10.0) -> Answer:

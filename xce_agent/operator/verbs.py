@@ -10,6 +10,7 @@ end, and changed ones restarted (only when what they run changed).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -24,6 +25,7 @@ from xce_agent.supervision.machine import Phase
 from xce_agent.supervision.process import digest_of
 from xce_agent.supervision.spec import ComponentSpec
 from xce_agent.supervision.supervisor import Supervisor
+from xce_protocol.reasons import Reason
 
 
 class AgentSide(Protocol):
@@ -51,6 +53,13 @@ class AgentSide(Protocol):
     def apply_reload(self, config: AgentConfig) -> None:
         """The reloaded config's components and roles become the Agent's own, saved."""
         ...
+
+    def save_error(self) -> str:
+        """Why the last save of the state failed; "" once one succeeded."""
+        ...
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,9 @@ class Operator:
     def handle(self, command: str, name: str) -> Answer:
         if command == "reload":
             return self.reload()
+        if command == "saving":
+            why = self.agent.save_error()
+            return Answer(not why, f"{Reason.STATE_UNWRITABLE.value}: {why}" if why else "saved")
         if command == "stop-all":
             self.agent.request_stop("xce-agent stop")
             return Answer(True, "stopping every component, then the agent")
@@ -167,6 +179,7 @@ class Operator:
         message = "config reloaded: " + (plan.describe() or "no component changed")
         if ignored:
             message += f"; {', '.join(ignored)} changed: restart the agent to apply"
+        log.info("%s", message)  # whichever way it came (socket, SIGHUP): the journal says what
         return Answer(True, message)
 
     def _start_added(self, spec: ComponentSpec) -> None:

@@ -55,6 +55,15 @@ class SpawnFailed:
 
 
 @dataclass(frozen=True)
+class Deferred:
+    """The start was not made: its record could not be saved first (prestart.py). Not a
+    start and not a crash: retried after a backoff that grows with each deferral."""
+
+    error: str
+    code: Reason = Reason.STATE_UNWRITABLE
+
+
+@dataclass(frozen=True)
 class Adopted:
     pid: int
     started_at: float  # monotonic time the process started, as far as it can be known
@@ -78,7 +87,7 @@ class ProbeResult:
     detail: str = ""
 
 
-Event = Union[Start, Stop, Spawned, SpawnFailed, Adopted, Exited, Timer, ProbeResult]
+Event = Union[Start, Stop, Spawned, SpawnFailed, Deferred, Adopted, Exited, Timer, ProbeResult]
 
 # --- actions ----------------------------------------------------------------------------
 
@@ -150,6 +159,7 @@ class ComponentState:
     probe_failures: int = 0
     reason: str = ""
     code: str = ""  # the reason's code (xce_protocol.reasons), "" before anything happened
+    deferrals: int = 0  # starts deferred in a row because the record could not be saved
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,7 @@ ALLOWED: dict[type, frozenset[Phase]] = {
     ProbeResult: _EVERY_PHASE,
     Spawned: frozenset({Phase.STARTING}),
     SpawnFailed: frozenset({Phase.STARTING}),
+    Deferred: frozenset({Phase.STARTING}),
     Adopted: frozenset({Phase.STOPPED}),
     Exited: frozenset({Phase.RUNNING, Phase.STOPPING}),
 }
@@ -209,6 +220,8 @@ def step(
             state, last_exit=ExitInfo(None, None, event.error), pid=None, starts=starts
         )
         return _after_exit(spec, failed, now, rand, now, Reason.COMPONENT_SPAWN_FAILED)
+    if isinstance(event, Deferred):
+        return _deferred(state, event, now)
     if isinstance(event, Exited):
         return _exited(spec, state, event, now, rand)
     if isinstance(event, ProbeResult):
@@ -288,10 +301,32 @@ def _spawned(spec: ComponentSpec, state: ComponentState, pid: int, now: float) -
         running,
         starts=(*recent_starts(state.starts, now, spec.restart.give_up_window), now),
         restarts=state.restarts if first else state.restarts + 1,
+        deferrals=0,
     )
     if not state.wanted:
         return _stop(spec, running, now, "stop requested while starting", Reason.COMPONENT_STOPPED)
     return Transition(running)
+
+
+DEFER_FIRST, DEFER_MAX = 0.5, 30.0  # seconds before the first retry of a deferred start, and cap
+
+
+def _deferred(state: ComponentState, event: Deferred, now: float) -> Transition:
+    said = f"not started: {event.error}"
+    if not state.wanted:  # stopped while its start waited on the save
+        stopped = replace(state, phase=Phase.STOPPED, pid=None, reason=said)
+        return Transition(replace(stopped, code=event.code.value))
+    delay = min(DEFER_MAX, DEFER_FIRST * 2.0**state.deferrals)
+    deferred = replace(
+        state,
+        phase=Phase.BACKOFF,
+        pid=None,
+        deadline=now + delay,
+        deferrals=state.deferrals + 1,
+        reason=f"{said}; retry in {delay:.2f}s",
+        code=event.code.value,
+    )
+    return Transition(deferred)
 
 
 def _adopted(spec: ComponentSpec, state: ComponentState, event: Adopted, now: float) -> Transition:

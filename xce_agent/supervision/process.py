@@ -87,6 +87,22 @@ MARK_COMPONENT = "XCE_AGENT_COMPONENT"
 MARK_OWNER = "XCE_AGENT_OWNER"
 
 
+def carries_marks(pid: int, name: str, owner: str) -> bool:
+    """`pid` was started as component `name` of the agent of `owner` (its environment at
+    exec says so). Never evidence alone (a job of the worker inherits the marks): only
+    beside an exact pid and start time, or a start intent's window (prestart.py)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            raw = handle.read(1024 * 1024)
+    except OSError:
+        return False
+    entries = set(raw.split(b"\0"))
+    wanted = {f"{MARK_COMPONENT}={name}".encode()}
+    if owner:
+        wanted.add(f"{MARK_OWNER}={owner}".encode())
+    return wanted <= entries
+
+
 def component_env(spec: ComponentSpec, base: Mapping[str, str], owner: str = "") -> dict[str, str]:
     env = {k: v for k, v in base.items() if k not in _PRIVATE_ENV}
     env[MARK_COMPONENT] = spec.name
@@ -254,13 +270,21 @@ class ProcessRunner:
             return why, recorded
         if why:
             return why, recorded
-        if where == tree.root:
-            # In the agent's own unit cgroup, where only this unit's processes are: started
-            # by an agent version from before containment (an upgrade). Move it in.
-            tree.move(spec.name, recorded.pid)
-            return "", replace(recorded, cgroup=tree.relative(spec.name))
         shown = "/" + str(where.relative_to(tree.mount)).strip(".") if where else "none"
-        return f"in cgroup {shown}, not in the component's cgroup", recorded
+        if where != tree.root and not carries_marks(recorded.pid, spec.name, self.owner):
+            # Exact identity, but neither in this unit's cgroup nor started as this agent's
+            # component: a stranger (a forged state), neither adopted nor signalled.
+            return f"in cgroup {shown}, not in the component's cgroup", recorded
+        # Ours, outside the component's cgroup: in the agent's own unit cgroup (started by an
+        # agent from before containment), or in another agent's tree (the agent now runs in
+        # another cgroup, or its tree was removed and made again while it was down). Moved
+        # back in; one that cannot be moved is stopped before any start (prestart.py).
+        tree.move(spec.name, recorded.pid)
+        if not tree.contains(spec.name, recorded.pid):
+            return f"in cgroup {shown}, and it could not be moved into its own", recorded
+        if where != tree.root:
+            log.warning("%s: process %d moved back from cgroup %s", spec.name, recorded.pid, shown)
+        return "", replace(recorded, cgroup=tree.relative(spec.name))
 
     def _limits_changed(self, pid: int, spec: ComponentSpec) -> str:
         """Why an adopted process must be started anew: its limits were added, removed or

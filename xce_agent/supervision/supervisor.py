@@ -8,11 +8,13 @@ delays another one's exit handling.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 ChangeCallback = Callable[[str, m.ComponentState], None]
 DecommissionCallback = Callable[[str, int], None]
 _BUSY = (m.Phase.RUNNING, m.Phase.STARTING, m.Phase.STOPPING)
+_UNWRITABLE = {"reason_code": Reason.STATE_UNWRITABLE.value}
 
 
 def _ignore_change(name: str, state: m.ComponentState) -> None:
@@ -59,6 +62,14 @@ class Gate(Protocol):
     def holds(self, name: str) -> bool: ...
     def want(self, name: str, reason: str) -> None: ...
     def unwant(self, name: str, reason: str) -> None: ...
+
+
+class StartGuard(Protocol):
+    """What must hold before and right after each start (xce_agent/components/prestart.py):
+    each returns "" to go on, else why the start is deferred."""
+
+    def before_start(self, name: str) -> str: ...
+    def started(self, name: str, identity: ProcessIdentity) -> str: ...
 
 
 class Supervisor:
@@ -97,6 +108,7 @@ class Supervisor:
         self._drains: dict[str, TimerHandle] = {}
         self._events: EventQueue[m.Event] = EventQueue(self._apply)
         self.gate: Gate | None = None
+        self.guard: StartGuard | None = None
         self._outputs = OutputReaders(output_dir, reactor, on_output)
         self._killed: set[str] = set()
         for spec in specs:
@@ -193,6 +205,9 @@ class Supervisor:
 
     def watched(self, name: str) -> bool:
         return name in self._handles
+
+    def watched_pids(self) -> list[int]:
+        return [handle.pid for handle in self._handles.values()]
 
     def containment(self) -> CgroupTree | None:
         return self._runner.cgroups
@@ -339,6 +354,11 @@ class Supervisor:
             # the same unit name cannot be started again until it is gone.
             self.reactor.call_later(0.01, lambda: self._spawn(name, waited + 0.01))
             return
+        why = self.guard.before_start(name) if self.guard is not None else ""
+        if why:
+            log.error("%s: not started: %s", name, why, extra=_UNWRITABLE)
+            self.post(name, m.Deferred(why))
+            return
         try:
             handle = self._runner.spawn(spec, self._outputs.pipe(name))
         except SpawnError as exc:
@@ -346,7 +366,24 @@ class Supervisor:
             self.post(name, m.SpawnFailed(str(exc)))
             return
         self._watch(name, handle)
+        why = self.guard.started(name, handle.identity) if self.guard is not None else ""
+        if why:
+            log.error("%s: stopped at once: %s", name, why, extra=_UNWRITABLE)
+            self._discard(name, handle)
+            self.post(name, m.Deferred(why))
+            return
         self.post(name, m.Spawned(handle.pid))
+
+    def _discard(self, name: str, handle: Handle) -> None:
+        """Kill a process just started whose record could not be saved, and wait for it."""
+        self._runner.signal_group(handle.pid, signal.SIGKILL, name)
+        self.reactor.remove_reader(handle.pidfd)
+        if handle.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                handle.popen.wait(timeout=5)
+        os.close(handle.pidfd)
+        if self._handles.get(name) is handle:
+            del self._handles[name]
 
     def _watch(self, name: str, handle: Handle) -> None:
         self._handles[name] = handle

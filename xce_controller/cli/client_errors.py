@@ -1,6 +1,18 @@
-"""What `xcecli` says when the controller refuses or cannot be reached (each with its exit code)."""
+"""What `xcecli` says when the controller refuses or cannot be reached (each with its exit code).
+
+A failed connection is named the way an operator debugs it: refused (nothing listens there),
+timed out (a firewall, a dead host), name not resolved (DNS), TLS (a certificate or a plain-http
+port), rather than the name of a requests exception class.
+"""
 
 from __future__ import annotations
+
+import errno
+import socket
+import ssl
+from collections.abc import Iterator
+
+import requests
 
 from xce_protocol.errors import XceError
 
@@ -15,3 +27,53 @@ class ControllerUnreachable(XceError):
     """No answer from the controller at all."""
 
     exit_code = 3
+
+
+def unreachable(url: str, exc: requests.RequestException) -> ControllerUnreachable:
+    """The error for a request that got no answer, naming why."""
+    return ControllerUnreachable(f"cannot reach {url}: {why_unreachable(exc)}")
+
+
+def why_unreachable(exc: BaseException) -> str:
+    if isinstance(exc, requests.exceptions.SSLError):
+        return f"TLS failed ({_tls_detail(exc)})"
+    if isinstance(exc, requests.exceptions.ConnectTimeout):
+        return "timed out connecting"
+    if isinstance(exc, requests.exceptions.Timeout):
+        return "timed out waiting for the answer"
+    for cause in _causes(exc):
+        if isinstance(cause, socket.gaierror):
+            return "name not resolved"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS failed ({_tls_detail(cause)})"
+        if isinstance(cause, (socket.timeout, TimeoutError)):
+            return "timed out"
+        if isinstance(cause, ConnectionResetError):
+            return "connection reset"
+        if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return "no route to the host"
+    return f"connection failed ({type(exc).__name__})"
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and everything it wraps (urllib3 keeps the socket's error two deep)."""
+    seen: set[int] = set()
+    todo: list[object] = [exc]
+    while todo:
+        item = todo.pop()
+        if not isinstance(item, BaseException) or id(item) in seen:
+            continue
+        seen.add(id(item))
+        yield item
+        todo += [*item.args, getattr(item, "reason", None), item.__cause__, item.__context__]
+
+
+def _tls_detail(exc: BaseException) -> str:
+    for cause in _causes(exc):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause.verify_message or "certificate not trusted"
+        if isinstance(cause, ssl.SSLError) and cause.reason:
+            return str(cause.reason).replace("_", " ").lower()
+    return "handshake failed"

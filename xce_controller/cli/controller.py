@@ -10,16 +10,22 @@ import asyncio
 import ipaddress
 import json
 import logging
+import os
 import signal
 import sqlite3
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from xce_controller import __version__
+from xce_controller.cli.store_verbs import copy_store, migrate
 from xce_controller.core.config import ClusterConfig, load_cluster_config
+from xce_controller.store.base import SchemaTooNew, StorageUnavailable
+from xce_controller.store.open import describe, is_postgres
 from xce_protocol.errors import ConfigError, UsageError, XceError
 from xce_protocol.exits import ErrorExits
 
@@ -29,17 +35,51 @@ def _config(path: Path | None) -> ClusterConfig:
 
 
 @click.group(cls=ErrorExits, name="xce-controller")
+@click.version_option(__version__, prog_name="xce-controller")
 def main() -> None:
     """Reference controller of the XCE elastic-host lifecycle."""
 
 
 @main.command()
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
-@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.option(
+    "--db",
+    required=True,
+    help="SQLite database file, or a PostgreSQL connection string (postgresql://... or "
+    "key=value pairs) that any number of replicas share.",
+)
 @click.option("--listen", default="127.0.0.1:7870", show_default=True, help="HOST:PORT.")
 @click.option("--port-file", type=click.Path(path_type=Path), help="Write the bound port here.")
-def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | None) -> None:
-    """Serve the REST API until SIGTERM."""
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_CERT",
+    help="Serve HTTPS with this PEM certificate chain ($XCE_CONTROLLER_TLS_CERT).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_KEY",
+    help="The certificate's unencrypted PEM key ($XCE_CONTROLLER_TLS_KEY).",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(path_type=Path),
+    envvar="XCE_CONTROLLER_TLS_CLIENT_CA",
+    help="Require client certificates signed by this PEM CA ($XCE_CONTROLLER_TLS_CLIENT_CA).",
+)
+def serve(
+    config_file: Path | None,
+    db: str,
+    listen: str,
+    port_file: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+) -> None:
+    """Serve the REST API (HTTPS with --tls-cert and --tls-key) until SIGTERM; SIGHUP reloads
+    the config and the certificate."""
+    from xce_controller.http import tls
     from xce_controller.http.server import (
         bind,
         make_server,
@@ -50,6 +90,54 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
     )
 
     cfg = _config(config_file)
+    tls_files = tls.tls_files(tls_cert, tls_key, tls_client_ca)
+    if tls_files is not None:
+        tls.check(tls_files)
+    host, port_text = _where(cfg, listen, db)
+    logging.basicConfig(level=logging.INFO, format=log_format(os.environ))
+    step = f"cannot listen on {listen}"
+    try:
+        if not cfg.admin_token:
+            path = Path(db)
+            step = f"cannot keep the admin token in {token_file(path)}"
+            cfg = replace(cfg, admin_token=stable_admin_token(path))
+            click.echo(f"xce-controller: admin token in {token_file(path)}", err=True)
+        if not cfg.join_token:  # joins always need one: the cluster's, kept like the admin's
+            path = Path(db)
+            step = f"cannot keep the join token in {token_file(path, 'join')}"
+            cfg = replace(cfg, join_token=stable_token(path, "join"))
+            click.echo(f"xce-controller: join token in {token_file(path, 'join')}", err=True)
+        step = f"cannot listen on {listen}"
+        raise_open_files()  # systemd's 1024 is about a thousand agents' watches
+        sock = bind(host, int(port_text))
+        step = f"cannot open the database {describe(db)}"
+        server, controller = make_server(cfg, db, sock, tls_files)
+        controller.tune_gc = True
+    except (OSError, sqlite3.Error, StorageUnavailable, SchemaTooNew) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise XceError(f"{step}: {why}") from exc
+    port = sock.getsockname()[1]
+    if port_file:
+        port_file.write_text(f"{port}\n")
+    scheme = "https" if tls_files else "http"
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"xce-controller: listening on {scheme}://{shown}:{port}", err=True)
+
+    def reload() -> None:
+        # The config and the certificate, each checked first; a bad one is logged and the
+        # running one kept.
+        controller.reload_config(lambda: load_cluster_config(config_file))
+        tls.reload(server.config.ssl, tls_files)
+
+    async def serve_with_reload() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
+        await server.serve(sockets=[sock])
+
+    run_loop(serve_with_reload())
+
+
+def _where(cfg: ClusterConfig, listen: str, db: str) -> tuple[str, str]:
+    """The host and port to listen on, once the config may serve there with this store."""
     host, _, port_text = listen.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     if not port_text.isdigit():
@@ -61,39 +149,19 @@ def serve(config_file: Path | None, db: Path, listen: str, port_file: Path | Non
                 f"loopback, got none (--listen {listen})"
             ]
         )
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    step = f"cannot listen on {listen}"
-    try:
-        if not cfg.admin_token:
-            step = f"cannot keep the admin token in {token_file(db)}"
-            cfg = replace(cfg, admin_token=stable_admin_token(db))
-            click.echo(f"xce-controller: admin token in {token_file(db)}", err=True)
-        if not cfg.join_token:  # joins always need one: the cluster's, kept like the admin's
-            step = f"cannot keep the join token in {token_file(db, 'join')}"
-            cfg = replace(cfg, join_token=stable_token(db, "join"))
-            click.echo(f"xce-controller: join token in {token_file(db, 'join')}", err=True)
-        step = f"cannot listen on {listen}"
-        raise_open_files()  # systemd's 1024 is about a thousand agents' watches
-        sock = bind(host, int(port_text))
-        step = f"cannot open the database {db}"
-        server, controller = make_server(cfg, db, sock)
-        controller.tune_gc = True
-    except (OSError, sqlite3.Error) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise XceError(f"{step}: {why}") from exc
-    port = sock.getsockname()[1]
-    if port_file:
-        port_file.write_text(f"{port}\n")
-    click.echo(f"xce-controller: listening on http://{host}:{port}", err=True)
+    if is_postgres(db):
+        # Replicas must agree on the tokens: a token made by one would be unknown to the rest.
+        missing = [f"auth.{k}" for k in ("admin_token", "join_token") if not getattr(cfg, k)]
+        if missing:
+            why = "expected a configured token with a shared (PostgreSQL) store, got none"
+            raise ConfigError([f"{m}: {why}" for m in missing])
+    return host, port_text
 
-    async def serve_with_reload() -> None:
-        # SIGHUP: reload the config, checked first; a bad one is logged and the old one kept.
-        asyncio.get_running_loop().add_signal_handler(
-            signal.SIGHUP, controller.reload_config, lambda: load_cluster_config(config_file)
-        )
-        await server.serve(sockets=[sock])
 
-    run_loop(serve_with_reload())
+def log_format(environ: Mapping[str, str]) -> str:
+    """Under systemd the journal stamps each line; anywhere else the line carries its time."""
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    return fmt if environ.get("JOURNAL_STREAM") else "%(asctime)s " + fmt
 
 
 def run_loop(main: Any) -> None:
@@ -148,7 +216,7 @@ def restore(db: Path, source: Path) -> None:
 
 
 @main.command()
-@click.option("--config", "config_file", type=click.Path(path_type=Path))
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Cluster config.")
 def validate(config_file: Path | None) -> None:
     """Check a cluster config; print every problem or "ok"."""
     _config(config_file)
@@ -209,3 +277,7 @@ def simulate(scenario: Path, csv_path: Path | None, plot_path: Path | None) -> N
     if plot_path is not None:
         plot(summary, plot_path)
     click.echo(summary.render())
+
+
+main.add_command(migrate)
+main.add_command(copy_store)

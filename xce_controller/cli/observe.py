@@ -16,8 +16,9 @@ from typing import Any, Protocol
 import click
 import requests
 
-from xce_controller.cli.client_errors import ControllerUnreachable
+from xce_controller.cli.client_errors import unreachable, why_unreachable
 from xce_controller.core.story import story
+from xce_protocol.times import parse_time, times_to_epoch
 
 RECONNECT_MAX = 10.0
 # C0 and C1 controls and DEL: a reason or host name holding them must not move the cursor,
@@ -53,13 +54,9 @@ def _line(e: dict[str, Any]) -> str:
     what = e["kind"] + (f" {e['state']}" if e.get("state") else "")
     code = e.get("code") or e["data"].get("code")
     why = " ".join(x for x in (e.get("why") or "", f"[{code}]" if code else "") if x)
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["at"]))
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(parse_time(e["at"]) or 0))
     line = f"{stamp}  #{e['seq']:<6} {e['host'] or '-':<20} {what:<22} by {e['by']}"
     return f"{line}: {why}" if why else line
-
-
-def _fail(message: str) -> None:
-    raise ControllerUnreachable(message)
 
 
 @click.command()
@@ -79,8 +76,8 @@ def events(client: ApiClient, follow: bool, host: str, since: int, as_json: bool
                 last, delay = e["seq"], 1.0
         except requests.RequestException as exc:
             if not follow:
-                _fail(f"cannot reach {client.url}: {type(exc).__name__}")
-            click.echo(f"xcecli: stream lost ({type(exc).__name__}); reconnecting", err=True)
+                raise unreachable(client.url, exc) from None
+            click.echo(f"xcecli: stream lost ({why_unreachable(exc)}); reconnecting", err=True)
             time.sleep(delay)  # a backoff between reconnects, not a wait for a condition
             delay = min(delay * 2, RECONNECT_MAX)
             continue
@@ -95,11 +92,13 @@ def events(client: ApiClient, follow: bool, host: str, since: int, as_json: bool
 @click.pass_obj
 def why(client: ApiClient, name: str) -> None:
     """Why a host is where it is: its story from its facts, with durations."""
-    host = client.call("GET", f"/v1/hosts/{name}")
+    # The story counts durations in seconds: times of either form (1.1, 1.2) become those.
+    host = times_to_epoch(client.call("GET", f"/v1/hosts/{name}"))
     try:
-        history = list(_stream(client, {"host": host["instance_id"] or host["key"]}))
+        params = {"host": host["instance_id"] or host["key"]}
+        history = [times_to_epoch(e) for e in _stream(client, params)]
     except requests.RequestException as exc:
-        _fail(f"cannot reach {client.url}: {type(exc).__name__}")
+        raise unreachable(client.url, exc) from None
     # This record's own facts, and a lease another host took over from it (its loss).
     mine = [e for e in history if host["key"] in (e["key"], e["data"].get("previous_key"))]
     click.echo("\n".join(printable(line) for line in story(host, mine, time.time())))

@@ -18,12 +18,21 @@ import click
 import requests
 from urllib3.exceptions import NewConnectionError
 
-from xce_controller.cli.client_errors import ControllerRefused, ControllerUnreachable
+from xce_controller import __version__
+from xce_controller.cli.client_errors import ControllerRefused, unreachable
+from xce_controller.cli.host_columns import host_table
 from xce_controller.cli.observe import events, printable, why
-from xce_controller.core.model import AdminAction, HostState
+from xce_controller.cli.text import code as _code
+from xce_controller.cli.text import size
+from xce_controller.cli.text import table as _table
+from xce_controller.cli.text import when as _when
+from xce_controller.cli.waiting import close_progress, drain_progress, follow
+from xce_controller.core.model import AdminAction
 from xce_protocol import names, replicas
+from xce_protocol.durations import Duration
 from xce_protocol.errors import UsageError
 from xce_protocol.exits import ErrorExits
+from xce_protocol.times import parse_time
 
 
 def controller_urls(text: str) -> list[str]:
@@ -41,9 +50,10 @@ def controller_urls(text: str) -> list[str]:
 
 
 class Client:
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
         self.urls = controller_urls(url)
         self.current = 0
+        self.timeout = timeout
         self.session = requests.Session()
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
@@ -54,10 +64,9 @@ class Client:
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            response = self.send(method, path, timeout=30, **kwargs)
+            response = self.send(method, path, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            where = ", ".join(self.urls)
-            raise ControllerUnreachable(f"cannot reach {where}: {type(exc).__name__}") from None
+            raise unreachable(", ".join(self.urls), exc) from None
         try:
             body = response.json()
         except ValueError:
@@ -96,27 +105,8 @@ def _unsent(exc: requests.RequestException) -> bool:
     return isinstance(exc, requests.ConnectionError) and isinstance(reason, NewConnectionError)
 
 
-def _when(ts: float | None, now: float | None = None) -> str:
-    """Local time of day; with the date when it is more than a day away from now."""
-    if not ts:
-        return "-"
-    far = abs((time.time() if now is None else now) - ts) > 86400
-    return time.strftime("%Y-%m-%d %H:%M:%S" if far else "%H:%M:%S", time.localtime(ts))
-
-
-def _code(record: dict[str, Any]) -> str:
-    return f" [{record['code']}]" if record.get("code") else ""
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    rows = [[printable(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
-
-
 @click.group(cls=ErrorExits, name="xcecli")
+@click.version_option(__version__, prog_name="xcecli")
 @click.option(
     "--url",
     envvar="XCE_CONTROLLER_URL",
@@ -134,8 +124,15 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     help="File holding the admin token ($XCE_ADMIN_TOKEN_FILE), such as the DB.admin-token "
     "file `xce-controller serve` writes when the config sets none.",
 )
+@click.option(
+    "--timeout",
+    type=Duration(minimum=0.1, maximum=3600),
+    default="30s",
+    show_default=True,
+    help="How long to wait for the controller's answer (like 5s).",
+)
 @click.pass_context
-def main(ctx: click.Context, url: str, token: str, token_file: str | None) -> None:
+def main(ctx: click.Context, url: str, token: str, token_file: str | None, timeout: float) -> None:
     """Admin CLI of the XCE reference controller."""
     if token_file and not token:
         try:
@@ -146,7 +143,7 @@ def main(ctx: click.Context, url: str, token: str, token_file: str | None) -> No
             raise UsageError(f"--token-file {token_file}: {why}") from None
     if token and not names.is_bearer_token(token):  # no header carries it (never shown)
         raise UsageError("--token: expected printable ASCII characters without spaces")
-    ctx.obj = Client(url, token)
+    ctx.obj = Client(url, token, timeout)
 
 
 def _out(data: Any, as_json: bool, text: str | list[str]) -> None:
@@ -157,82 +154,81 @@ def _out(data: Any, as_json: bool, text: str | list[str]) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
 
 
-def _notice(h: dict[str, Any]) -> str:
-    """`preemption 08:22:00` (the time the platform acts), or '-'."""
-    n = h.get("notice")
-    if not n:
-        return "-"
-    return f"{n['kind']} {_when(n['deadline'])}" if n["deadline"] else n["kind"]
+def _host_rows(hosts: list[dict[str, Any]], wide: bool = False) -> str:
+    return host_table(hosts, wide)
 
 
-def _host_rows(hosts: list[dict[str, Any]]) -> str:
-    rows = [
-        [
-            h["name"] or h["expected_name"] or h["expected_address"] or "-",
-            h["state"],
-            h["instance_id"] or "-",
-            h["template"],
-            "yes" if h["provisioned"] else "no",
-            str(h["jobs_running"]),
-            _when(h["joined_at"]),
-            _when(h["deadline"]) if h["state"] in (HostState.EXPECTED, HostState.OVERDUE) else "-",
-            _notice(h),
-            h["reason"] + _code(h),
-        ]
-        for h in hosts
-    ]
-    header = [
-        "HOST",
-        "STATE",
-        "INSTANCE",
-        "TEMPLATE",
-        "PROV",
-        "JOBS",
-        "JOINED",
-        "DEADLINE",
-        "NOTICE",
-        "REASON",
-    ]
-    return _table(rows, header)
+_OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "wide", "json"]),
+    default="table",
+    show_default=True,
+    help="wide: every column (instance, provider, CPUs, memory, joined); json: the API's records.",
+)
+_JSON = click.option("--json", "as_json", is_flag=True, help="The API's records as JSON (-o json).")
+
+
+def _hosts_out(data: list[dict[str, Any]], output: str, as_json: bool) -> None:
+    as_json = as_json or output == "json"
+    _out(data, as_json, "" if as_json else _host_rows(data, wide=output == "wide"))
 
 
 @main.command()
 @click.option("--all", "show_all", is_flag=True, help="Include decommissioned and returned.")
-@click.option("--json", "as_json", is_flag=True)
+@_OUTPUT
+@_JSON
 @click.pass_obj
-def hosts(client: Client, show_all: bool, as_json: bool) -> None:
-    """List hosts."""
+def hosts(client: Client, show_all: bool, output: str, as_json: bool) -> None:
+    """List hosts: state, slots, jobs, agent version, last seen (-o wide: more)."""
     data = client.call("GET", "/v1/hosts", params={"all": str(show_all).lower()})
-    _out(data, as_json, _host_rows(data))
+    _hosts_out(data, output, as_json)
+
+
+_HOST_FIELDS = (
+    "name",
+    "state",
+    "reason",
+    "instance_id",
+    "template",
+    "slots",
+    "provider",
+    "provisioned",
+    "expected_name",
+    "expected_address",
+    "agent_version",
+    "cpus",
+    "memory",
+    "jobs_running",
+    "incarnation",
+    "refusals",
+    "last_refusal",
+)
+
+
+def _field(h: dict[str, Any], key: str) -> str:
+    """One line of `host`: in words where the API has a flag, '-' where it has nothing."""
+    if key == "provisioned":
+        if h.get("provisioned"):
+            return "yes (recorded by the provisioner before it joined)"
+        return "no (joined without being expected)"
+    if key in ("cpus", "memory"):
+        value = (h.get("resources") or {}).get("cpus" if key == "cpus" else "memory_bytes")
+        return "-" if value is None else (str(value) if key == "cpus" else size(value))
+    value = h.get(key)
+    return "-" if value in (None, "") else str(value)
 
 
 @main.command()
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
+@_JSON
 @click.pass_obj
 def host(client: Client, name: str, as_json: bool) -> None:
     """Show one host with its provisioning details and state history."""
     h = client.call("GET", f"/v1/hosts/{name}")
-    lines = [
-        f"{k:<17} {h[k] if h[k] not in (None, '') else '-'}"
-        for k in (
-            "name",
-            "state",
-            "reason",
-            "instance_id",
-            "template",
-            "provider",
-            "provisioned",
-            "expected_name",
-            "expected_address",
-            "jobs_running",
-            "incarnation",
-            "refusals",
-            "last_refusal",
-        )
-    ]
+    lines = [f"{k:<17} {_field(h, k)}" for k in _HOST_FIELDS]
     lines += [
-        f"{k:<17} {_when(h[k])}" for k in ("expected_at", "deadline", "joined_at", "last_seen")
+        f"{k:<17} {_when(h.get(k))}" for k in ("expected_at", "deadline", "joined_at", "last_seen")
     ]
     if h["drain"]:
         d = h["drain"]
@@ -268,12 +264,13 @@ def host(client: Client, name: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@_OUTPUT
+@_JSON
 @click.pass_obj
-def expected(client: Client, as_json: bool) -> None:
+def expected(client: Client, output: str, as_json: bool) -> None:
     """Expected instances, overdue ones included."""
     data = client.call("GET", "/v1/expected")
-    _out(data, as_json, _host_rows(data))
+    _hosts_out(data, output, as_json)
 
 
 @main.command()
@@ -281,8 +278,13 @@ def expected(client: Client, as_json: bool) -> None:
 @click.option("--template", required=True)
 @click.option("--name", "expected_name", default="", help="Expected host name.")
 @click.option("--address", "expected_address", default="", help="Expected address.")
-@click.option("--deadline", "deadline_in", type=float, help="Seconds to join (default: config).")
-@click.option("--provider", default="")
+@click.option(
+    "--deadline",
+    "deadline_in",
+    type=Duration(minimum=1, maximum=10 * 365 * 86400),
+    help="How long it may take to join (like 15m; default: config).",
+)
+@click.option("--provider", default="", help="Whose instance it is (aws, gce, ...), shown.")
 @click.option("--join-token", default="", help="Per-instance join token.")
 @click.option(
     "--mint-join-token",
@@ -313,30 +315,68 @@ def open_(client: Client, name: str) -> None:
     _control(client, name, AdminAction.OPEN, {})
 
 
+_WAIT = click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the host until its jobs are gone; exit 0 if it got there, 1 if not.",
+)
+_REASON = click.option("--reason", default="", help="Why (kept in the host's history).")
+
+
+def _wait(client: Client, name: str, progress: Any) -> None:
+    follow(
+        lambda: client.call("GET", f"/v1/hosts/{name}"),
+        progress,
+        lambda line: click.echo(printable(line)),
+        time.time,
+        time.sleep,  # the poll interval, not a synchronisation
+    )
+
+
 @main.command()
 @click.argument("name")
+@_REASON
+@_WAIT
 @click.pass_obj
-def close(client: Client, name: str) -> None:
-    """Close a host to new work."""
-    _control(client, name, AdminAction.CLOSE, {})
+def close(client: Client, name: str, reason: str, wait: bool) -> None:
+    """Close a host to new work (--wait: until its running jobs ended)."""
+    _control(client, name, AdminAction.CLOSE, {"reason": reason} if reason else {})
+    if wait:
+        _wait(client, name, close_progress)
 
 
 @main.command()
 @click.argument("name")
-@click.option("--drain-timeout", type=float, help="Seconds before the policy applies.")
-@click.option("--policy", type=click.Choice(["requeue", "kill", "wait"]))
-@click.option("--reason", default="")
+@click.option(
+    "--drain-timeout",
+    type=Duration(),
+    help="How long jobs may run before the policy applies (like 10m; default: config).",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["requeue", "kill", "wait"]),
+    help="At the drain timeout: requeue or kill the jobs left, or wait (default: config).",
+)
+@_REASON
+@_WAIT
 @click.pass_obj
 def decommission(
-    client: Client, name: str, drain_timeout: float | None, policy: str | None, reason: str
+    client: Client,
+    name: str,
+    drain_timeout: float | None,
+    policy: str | None,
+    reason: str,
+    wait: bool,
 ) -> None:
-    """Drain a host, then decommission it (its rejoin is refused)."""
+    """Drain a host, then decommission it (its rejoin is refused); --wait shows the drain."""
     body: dict[str, Any] = {"reason": reason}
     if drain_timeout is not None:
         body["drain_timeout"] = drain_timeout
     if policy:
         body["policy"] = policy
     _control(client, name, AdminAction.DECOMMISSION, body)
+    if wait:
+        _wait(client, name, drain_progress)
 
 
 @main.command("to-return")
@@ -354,7 +394,7 @@ def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@_JSON
 @click.pass_obj
 def jobs(client: Client, as_json: bool) -> None:
     """List jobs."""
@@ -383,7 +423,7 @@ def cancel(client: Client, job_id: int) -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@_JSON
 @click.pass_obj
 def templates(client: Client, as_json: bool) -> None:
     """List the config's host templates and how many live hosts use each."""
@@ -415,16 +455,16 @@ def _is_lease(value: Any) -> bool:
         return False
     number = (int, float)
     ttl, left = value.get("ttl"), value.get("expires_in")
-    at = value.get("expires_at")
+    at = value.get("expires_at")  # RFC 3339 (1.2) or epoch seconds (1.1)
     return (
         isinstance(ttl, number)
         and (left is None or isinstance(left, number))
-        and (at is None or isinstance(at, number))
+        and (at is None or parse_time(at) is not None)
     )
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@_JSON
 @click.pass_obj
 def leases(client: Client, as_json: bool) -> None:
     """Leases: holder, fencing token and expiry."""

@@ -54,6 +54,7 @@ def host_to_json(host: Host) -> dict[str, Any]:
         "addresses": list(host.addresses),
         "roles": list(host.roles),
         "resources": dict(host.resources),
+        "agent_version": host.agent_version,
         "drain": drain,
         "reason": host.reason,
         "code": host.history[-1].code if host.history else "",
@@ -106,6 +107,7 @@ def host_from_json(d: dict[str, Any]) -> Host:
         addresses=tuple(d["addresses"]),
         roles=tuple(d["roles"]),
         resources=dict(d["resources"]),
+        agent_version=d.get("agent_version", ""),
         drain=drain,
         reason=d["reason"],
         history=tuple(

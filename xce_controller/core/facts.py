@@ -112,6 +112,7 @@ def _renewed(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
             next_credential_hash=d["credential_hash"],
             past_credentials=_past(host, host.next_credential_hash),
             boot_id=d.get("boot_id") or host.boot_id,  # a renewal after a reboot
+            agent_version=d.get("agent_version") or host.agent_version,
         )
     )
     return {key}
@@ -147,6 +148,7 @@ def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
         addresses=tuple(d.get("addresses", ())),
         roles=tuple(d.get("roles", ())),
         resources=dict(d.get("resources", {})),
+        agent_version=d.get("agent_version", ""),
         drain=base.drain if base.before_loss == HostState.DRAINING.value else None,
         before_loss="",
     )
@@ -161,7 +163,12 @@ def _joined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
 def _rejoined(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
     key = d["key"]
     host = cluster.hosts[key]
-    host = evolve(host, boot_id=d.get("boot_id", ""), addresses=tuple(d.get("addresses", ())))
+    host = evolve(
+        host,
+        boot_id=d.get("boot_id", ""),
+        addresses=tuple(d.get("addresses", ())),
+        agent_version=d.get("agent_version") or host.agent_version,
+    )
     cluster.put_host(_issued(host, d))
     return {key}
 

@@ -211,6 +211,7 @@ def _accepted(now: float, req: JoinRequest, record: Host) -> Fact:
         key=record.key,
         boot_id=req.boot_id,
         addresses=list(req.addresses),
+        agent_version=req.agent_version,
         incarnation=record.incarnation + 1,
         credential_hash=req.issue,
         worker_hash=req.issue_worker,
@@ -240,6 +241,7 @@ def _joined(
         addresses=list(req.addresses),
         roles=list(req.roles),
         resources=dict(req.resources),
+        agent_version=req.agent_version,
         incarnation=record.incarnation + 1,
         credential_hash=req.issue,
         worker_hash=req.issue_worker,
@@ -316,10 +318,11 @@ def speaker(
     return host, facts
 
 
-def renew(host: Host, now: float, sealed: str, boot_id: str = "") -> Fact:
+def renew(host: Host, now: float, sealed: str, boot_id: str = "", agent_version: str = "") -> Fact:
     """A new credential for an agent that (re)started: its copy on any other disk (an image,
     a clone) becomes stale once this host presents the new one. `boot_id` is the boot the
-    agent runs in (a reboot resumes here, not by a join)."""
+    agent runs in (a reboot resumes here, not by a join); `agent_version` the version it
+    says it is (an upgraded agent restarts and renews: a rolling upgrade shows here)."""
     data: dict[str, Any] = dict(
         key=host.key,
         incarnation=host.incarnation + 1,
@@ -328,4 +331,6 @@ def renew(host: Host, now: float, sealed: str, boot_id: str = "") -> Fact:
     )
     if boot_id:
         data["boot_id"] = boot_id
+    if agent_version:
+        data["agent_version"] = agent_version
     return fact("renewed", now, host.name, **data)

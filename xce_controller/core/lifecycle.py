@@ -57,6 +57,7 @@ class JoinRequest:
     boot_id: str = ""
     roles: tuple[str, ...] = ()
     resources: dict[str, Any] = field(default_factory=dict)
+    agent_version: str = ""  # "" from an agent too old to say
     token: str = ""  # the bearer: a join token or the host credential of an earlier join
     issue: str = ""  # the sealed host credential this join hands out when accepted
     issue_worker: str = ""  # the sealed worker credential it hands out

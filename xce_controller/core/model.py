@@ -167,6 +167,7 @@ class Host:
     addresses: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()
     resources: dict[str, Any] = field(default_factory=dict)
+    agent_version: str = ""  # what the agent said at its last join or credential renewal
     drain: Drain | None = None
     reason: str = ""  # why it is in its current state
     history: tuple[Change, ...] = ()

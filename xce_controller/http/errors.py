@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.http import observe as observe_api
-from xce_controller.store.sqlite import StorageUnavailable
+from xce_controller.store.base import StorageUnavailable
 from xce_protocol.protocol import PROTOCOL
 from xce_protocol.reasons import Reason, refusal
 

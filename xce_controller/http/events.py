@@ -9,7 +9,6 @@ number it saw misses nothing. Secrets in facts (token hashes) never leave.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -124,32 +123,8 @@ class EventHub:
         """Events after `since` (about `keys` if given), oldest first; the last sequence
         number the read covered; whether more may be stored after it. `jobs` is the reader's
         own job -> host map, carried from page to page."""
-        db = self.ctl.store.db
-        if keys is None:
-            rows = db.execute(
-                "SELECT seq, kind, at, by, data FROM facts WHERE seq > ? ORDER BY seq LIMIT ?",
-                (since, PAGE),
-            ).fetchall()
-        else:
-            # SQLite picks the host's facts (and every fact of the jobs ever placed on it);
-            # far cheaper than decoding every fact here.
-            wanted = json.dumps(sorted(keys))
-            rows = db.execute(
-                "SELECT seq, kind, at, by, data FROM facts WHERE seq > ?1 AND ("
-                "json_extract(data, '$.key') IN (SELECT value FROM json_each(?2)) OR "
-                "(kind = 'expected' AND json_extract(data, '$.instance_id') IN "
-                "(SELECT value FROM json_each(?2))) OR "
-                "(kind = 'lease_granted' AND json_extract(data, '$.previous_key') IN "
-                "(SELECT value FROM json_each(?2))) OR "
-                "(kind GLOB 'job_*' AND json_extract(data, '$.id') IN ("
-                "SELECT json_extract(data, '$.id') FROM facts WHERE kind = 'job_assigned' "
-                "AND json_extract(data, '$.key') IN (SELECT value FROM json_each(?2)))))"
-                " ORDER BY seq LIMIT ?3",
-                (since, wanted, PAGE),
-            ).fetchall()
-        events = [
-            self._event(int(s), Fact(k, at, by, json.loads(d)), jobs) for s, k, at, by, d in rows
-        ]
+        rows = self.ctl.store.events_after(since, keys, PAGE)
+        events = [self._event(seq, fact, jobs) for seq, fact in rows]
         covered = int(rows[-1][0]) if rows else since
         if keys is not None:
             # A lease taken over is about the host that lost it too.
@@ -157,8 +132,7 @@ class EventHub:
         return events, covered, len(rows) == PAGE
 
     def last_seq(self) -> int:
-        (seq,) = self.ctl.store.db.execute("SELECT COALESCE(MAX(seq), 0) FROM facts").fetchone()
-        return int(seq)
+        return self.ctl.store.last_seq()
 
     def _event(self, seq: int, fact: Fact, jobs: dict[int, str]) -> Event:
         d = fact.data

@@ -19,8 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from starlette.routing import Match
 
 from xce_controller.core import lifecycle as lc
-from xce_controller.core.model import Cluster, Fact, HostState
-from xce_controller.http import lease_metrics, read_deadline
+from xce_controller.core.model import JOINED, Cluster, Fact, Host, HostState
+from xce_controller.http import lease_metrics, read_deadline, replica_metrics
 from xce_controller.service import Controller
 from xce_protocol.reasons import Reason
 
@@ -63,6 +63,7 @@ class StateCollector:
         for (state, template), n in sorted(counts.items()):
             hosts.add_metric([state, template], n)
         yield hosts
+        yield agent_versions(ctl.cluster.hosts.values())
         overdue = sum(n for (s, _), n in counts.items() if s == HostState.OVERDUE.value)
         yield GaugeMetricFamily(
             "xce_controller_overdue_hosts",
@@ -102,6 +103,24 @@ class StateCollector:
             "limits.request_read_timeout (slow or silent clients).",
             value=read_deadline.CLOSED.total,
         )
+
+
+def agent_versions(hosts: Iterable[Host]) -> GaugeMetricFamily:
+    """Joined hosts (open, closed, draining) by the version their agent reports: a rolling
+    upgrade is followed here (`unknown`: the agent did not say)."""
+    family = GaugeMetricFamily(
+        "xce_controller_agent_versions",
+        "Joined hosts by the version of their agent.",
+        labels=["version"],
+    )
+    counts: dict[str, int] = {}
+    for host in hosts:
+        if host.state in JOINED:
+            version = host.agent_version or "unknown"
+            counts[version] = counts.get(version, 0) + 1
+    for version, n in sorted(counts.items()):
+        family.add_metric([version], n)
+    return family
 
 
 def since_state(history: Iterable[Any]) -> float:
@@ -217,6 +236,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StateCollector(ctl))
         self.leases = lease_metrics.register(self.registry, ctl.leases)
+        replica_metrics.register(self.registry, ctl.replica)
         self.tally = FactTally(self.registry, ctl.cluster)
         self.latency = Histogram(
             "xce_controller_request_duration_seconds",

@@ -20,6 +20,7 @@ from xce_controller.http.metrics import LatencyMiddleware, Metrics
 from xce_controller.http.sessions import check_viewer
 from xce_controller.http.ui import install_ui
 from xce_controller.service import Controller
+from xce_protocol.times import times_to_rfc3339
 
 NDJSON = "application/x-ndjson"
 
@@ -61,7 +62,12 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
 
 async def _ndjson(hub: EventHub, since: int, host: str, follow: bool) -> AsyncIterator[bytes]:
     async for body in hub.stream(since, host, follow):
-        yield b"\n" if body is None else (json.dumps(body, sort_keys=True) + "\n").encode()
+        if body is None:
+            yield b"\n"
+            continue
+        # Protocol 1.2: its times, and those of its data, as RFC 3339 (the status page, which
+        # reads the same stream in process, keeps seconds).
+        yield (json.dumps(times_to_rfc3339(body), sort_keys=True) + "\n").encode()
 
 
 def refused(request: Request, kind: str) -> None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from pydantic import BaseModel, Field
 
+from xce_protocol.times import parse_time
+
 PYDANTIC_2 = int(pydantic.VERSION.split(".", 1)[0]) >= 2
 
 
@@ -71,6 +73,25 @@ def json_numbers(*fields: str, integer: bool) -> Any:
 
     def check(cls: type[BaseModel], value: Any) -> Any:
         return _json_number(value, integer)
+
+    if PYDANTIC_2:
+        return pydantic.field_validator(*fields, mode="before")(check)
+    return pydantic.validator(*fields, pre=True, allow_reuse=True)(check)
+
+
+def json_times(*fields: str) -> Any:
+    """A class-body validator reading `fields` as times: RFC 3339 or seconds since the epoch
+    (xce_protocol.times); null stays null."""
+
+    def check(cls: type[BaseModel], value: Any) -> Any:
+        if value is None:
+            return None
+        seconds = parse_time(value)
+        if seconds is None or seconds <= 0:
+            raise ValueError(
+                "expected a time: RFC 3339 like 2026-12-01T08:22:00Z, or seconds since the epoch"
+            )
+        return seconds
 
     if PYDANTIC_2:
         return pydantic.field_validator(*fields, mode="before")(check)

@@ -20,16 +20,20 @@ from xce_controller.http.pydantic_versions import (
     checked,
     items,
     json_numbers,
+    json_times,
     mapping,
     text,
 )
 from xce_protocol import names
-from xce_protocol.protocol import MAX_COMPONENTS, MAX_LAST_EXIT
+from xce_protocol.protocol import MAJOR, MAX_COMPONENTS, MAX_LAST_EXIT, PROTOCOL
 
 if TYPE_CHECKING:  # what the type checker reads; pydantic reads the constrained types
+    Time = str
     Short = str
     ResourceText = str
 else:
+    # Protocol 1.2: every time in an answer is RFC 3339 in UTC (xce_protocol/times.py).
+    Time = constr(max_length=40)
     Short = constr(max_length=64)
     ResourceText = constr(strict=True, max_length=256)
 
@@ -50,6 +54,17 @@ def _resources(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _same_major(version: str) -> str:
+    """The version-skew policy (docs/upgrades.md): an agent of this major version, any minor;
+    one of another major would misread the answers, so it is told at once."""
+    if version.split(".", maxsplit=1)[0] != MAJOR:
+        raise ValueError(
+            f"agent speaks protocol {version[:16]!r}, this controller {PROTOCOL} "
+            f"(agents of protocol {MAJOR}.x only)"
+        )
+    return version
+
+
 class ErrorBody(BaseModel):
     error: str = Field(description="stable kind: decommissioned, unmatched, duplicate, ...")
     code: Optional[str] = Field(None, description="reason code: refused_decommissioned, ...")
@@ -60,11 +75,11 @@ class ErrorBody(BaseModel):
     incarnation: Optional[int] = Field(None, description="stale_incarnation: the current one")
     token: Optional[int] = Field(None, description="lease_held: the holder's fencing token")
     expires_in: Optional[float] = Field(None, description="lease_held: seconds the hold lasts")
-    protocol: str = "1.1"
+    protocol: str = PROTOCOL
 
 
 class JoinBody(Lenient):
-    protocol: str = Field("1.1", max_length=16)
+    protocol: str = Field("1.1", max_length=16, description="the sender's protocol version")
     host: str = text(min_length=1, max_length=names.HOST_NAME_MAX, pattern=names.HOST_NAME)
     instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
     template: str = text("", max_length=names.TEMPLATE_MAX, pattern=names.TEMPLATE_OR_NONE)
@@ -78,6 +93,7 @@ class JoinBody(Lenient):
     agent_version: str = Field("", max_length=64)
 
     check_resources = checked(_resources, "resources")
+    check_protocol = checked(_same_major, "protocol")
 
 
 class TemplateBody(BaseModel):
@@ -96,7 +112,7 @@ class NoticeState(BaseModel):
 
     kind: str
     event_id: str
-    deadline: Optional[float]
+    deadline: Optional[Time]
     drained: bool
 
 
@@ -136,7 +152,7 @@ class ComponentReport(Lenient):
 
 
 class HeartbeatBody(Lenient):
-    protocol: str = Field("1.1", max_length=16)
+    protocol: str = Field("1.1", max_length=16, description="the sender's protocol version")
     instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
     boot_id: str = Field("", max_length=64)
     agent_state: str = Field("running", max_length=64)
@@ -144,19 +160,24 @@ class HeartbeatBody(Lenient):
     renew: bool = Field(
         False, description="the agent (re)started: issue the credential of a new incarnation"
     )
+    agent_version: str = Field(
+        "", max_length=64, description="protocol 1.2: the agent's version (kept at a renewal)"
+    )
+
+    check_protocol = checked(_same_major, "protocol")
 
 
 class NoticeDetail(BaseModel):
     kind: str
     provider: str
     event_id: str
-    deadline: Optional[float]
+    deadline: Optional[Time]
     impact: str
-    received_at: float
+    received_at: Time
     raw: str
-    act_at: Optional[float]
+    act_at: Optional[Time]
     acted: bool
-    reopen_at: Optional[float]
+    reopen_at: Optional[Time]
     reopen: bool
 
 
@@ -179,17 +200,21 @@ class HostAnswer(BaseModel):
 
 
 class NoticeBody(Lenient):
-    protocol: str = Field("1.1", max_length=16)
+    protocol: str = Field("1.1", max_length=16, description="the sender's protocol version")
     instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
     kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown"]
     provider: str = Field("", max_length=64)
     event_id: str = Field("", max_length=200)
-    deadline: Optional[float] = Field(None, gt=0, lt=1e11)
+    deadline: Optional[Union[float, str]] = Field(
+        None, description="RFC 3339, or seconds since the epoch as agents of 1.1 and 1.2 send"
+    )
     state: Literal["active", "ended"] = "active"
     impact: Literal["reboot", "pause"] = "reboot"
     raw: str = Field("", max_length=8192)
 
-    check_numbers = json_numbers("deadline", integer=False)
+    check_times = json_times("deadline")
+
+    check_protocol = checked(_same_major, "protocol")
 
 
 class JobBody(BaseModel):
@@ -197,11 +222,11 @@ class JobBody(BaseModel):
     command: list[str]
     slots: int
     state: str
-    submitted_at: float
+    submitted_at: Time
     host: str
     assigned: str
-    started_at: Optional[float]
-    finished_at: Optional[float]
+    started_at: Optional[Time]
+    finished_at: Optional[Time]
     exit_code: Optional[int]
     requeues: int
     note: str
@@ -213,7 +238,7 @@ class WatchAnswer(HostAnswer):
 
 
 class ChangeBody(BaseModel):
-    at: float
+    at: Time
     state: str
     by: str
     why: str
@@ -221,12 +246,12 @@ class ChangeBody(BaseModel):
 
 
 class DrainBody(BaseModel):
-    started_at: float
+    started_at: Time
     timeout: Optional[float]
     policy: str
     by: str
     why: str
-    deadline: Optional[float]
+    deadline: Optional[Time]
 
 
 class HostDetail(BaseModel):
@@ -241,12 +266,17 @@ class HostDetail(BaseModel):
     provisioned: bool
     expected_name: str
     expected_address: str
-    expected_at: Optional[float]
-    deadline: Optional[float]
-    joined_at: Optional[float]
-    last_seen: Optional[float]
+    expected_at: Optional[Time]
+    deadline: Optional[Time]
+    joined_at: Optional[Time]
+    last_seen: Optional[Time]
     addresses: list[str]
     roles: list[str]
+    slots: Optional[int] = Field(None, description="the slots of its template (its capacity)")
+    resources: dict[str, Any] = Field(
+        default_factory=dict, description="what the agent said it has: cpus, memory_bytes, ..."
+    )
+    agent_version: str = Field("", description="the agent's version at its last join or restart")
     drain: Optional[DrainBody]
     jobs_running: int
     history: list[ChangeBody]
@@ -359,8 +389,8 @@ class LeaseAnswer(BaseModel):
     ttl: float
     # Required and nullable, on pydantic 1 as on 2 (`...`): every answer carries them.
     expires_in: Optional[float] = Field(..., description="seconds until the hold ends, if held")
-    expires_at: Optional[float] = Field(..., description="the same as a wall-clock time")
-    granted_at: Optional[float] = Field(...)
+    expires_at: Optional[Time] = Field(..., description="the same as a wall-clock time")
+    granted_at: Optional[Time] = Field(...)
     last_holder: str = Field(description="the host of the latest grant")
 
 

@@ -17,8 +17,10 @@ import uvicorn
 from xce_controller.core.config import ClusterConfig
 from xce_controller.http import read_deadline
 from xce_controller.http.api import create_app
+from xce_controller.http.replicas import CatchUp
+from xce_controller.http.tls import TlsFiles, uvicorn_options
 from xce_controller.service import Controller
-from xce_controller.store.sqlite import Store
+from xce_controller.store.open import open_store
 from xce_protocol.atomic_file import write_atomic
 from xce_protocol.errors import ConfigError
 
@@ -106,11 +108,20 @@ class _Server(uvicorn.Server):
 
 
 def make_server(
-    cfg: ClusterConfig, db: Path, sock: socket.socket
+    cfg: ClusterConfig, db: Path | str, sock: socket.socket, tls: TlsFiles | None = None
 ) -> tuple[uvicorn.Server, Controller]:
-    controller = Controller(cfg, Store(db))
+    store = open_store(str(db))
+    try:
+        controller = Controller(cfg, store)
+    except BaseException:
+        store.close()
+        raise
+    app = create_app(controller)
+    if controller.replica is not None:
+        app.add_middleware(CatchUp, controller=controller)
     options: dict[str, Any] = {
         "log_level": "warning",
+        "log_config": None,  # uvicorn's records go through the root handler (timestamps)
         "access_log": False,
         "lifespan": "on",
         "timeout_keep_alive": 120,
@@ -118,19 +129,20 @@ def make_server(
         # A request must arrive within limits.request_read_timeout (read_deadline.py).
         # Read when a connection opens, so a reloaded config applies to the new ones.
         "http": read_deadline.protocol(lambda: controller.cfg.request_read_timeout),
+        **uvicorn_options(tls),  # checked by tls.check before
     }
     # Long-polls would hold a graceful shutdown for their whole timeout. Debian 12's uvicorn
     # 0.17 has no such bound: there a stop waits for the open long-polls (30 s at most).
     if "timeout_graceful_shutdown" in inspect.signature(uvicorn.Config).parameters:
         options["timeout_graceful_shutdown"] = 2
-    config = uvicorn.Config(create_app(controller), **options)
+    config = uvicorn.Config(app, **options)
     return _Server(config, controller), controller
 
 
 class EmbeddedController:
     """The controller on a free loopback port in a thread (demo, tests, benchmarks)."""
 
-    def __init__(self, cfg: ClusterConfig, db: Path, host: str = "127.0.0.1") -> None:
+    def __init__(self, cfg: ClusterConfig, db: Path | str, host: str = "127.0.0.1") -> None:
         self.sock = bind(host, 0)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://{host}:{self.port}"

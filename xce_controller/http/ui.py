@@ -16,11 +16,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.codec import host_to_json
+from xce_controller.core.fleet import fleet_timeline
 from xce_controller.core.model import Host
 from xce_controller.core.story import story
 from xce_controller.http import ui_render as r
 from xce_controller.http.events import MAX_SEQ, EventHub
 from xce_controller.http.sessions import COOKIE, allowed, session_value, signed_in
+from xce_controller.http.ui_chart import fleet_svg
 from xce_controller.service import Controller
 
 # The page's own script and style only; nothing inline, nothing from elsewhere.
@@ -30,6 +32,7 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 MAX_FORM = 4096
+STEPS = 120  # of the fleet's picture, whatever its window
 
 
 def view(ctl: Controller, host: Host) -> dict[str, Any]:
@@ -41,6 +44,19 @@ def view(ctl: Controller, host: Host) -> dict[str, Any]:
 
 
 def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
+    # The picture changes with the cluster or when its window moves a step: every open page
+    # refreshes after each commit, and they all share one drawing.
+    drawn: dict[str, tuple[tuple[int, int], str]] = {}
+
+    def fleet_picture(hosts: list[Host], now: float, window: float) -> str:
+        key = (ctl.cluster.version, int(now // (window / STEPS)))
+        cached = drawn.get(str(window))
+        if cached is None or cached[0] != key:
+            end = (key[1] + 1) * (window / STEPS)  # the end of the current step
+            cached = (key, fleet_svg(fleet_timeline(hosts, end, window, STEPS)))
+            drawn[str(window)] = cached
+        return cached[1]
+
     def html(text: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(text, status_code=status, headers=HEADERS)
 
@@ -80,19 +96,31 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         state: str = Query("", max_length=32),
         template: str = Query("", max_length=253),
         q: str = Query("", max_length=253),
+        everything: str = Query("", alias="all", max_length=8),
+        window: str = Query("", max_length=8),
+        page: int = Query(1, ge=1, le=1_000_000),
         part: str = Query("", max_length=8),
         authorization: Optional[str] = Header(None),
     ) -> Response:
         if not signed_in(ctl, request, authorization):
             return RedirectResponse("/ui/login", status_code=303)
         now = ctl.clock()
+        window = window if window in r.WINDOWS else ""
         hosts = sorted(ctl.cluster.hosts.values(), key=lambda h: h.name or h.key)
         main = r.overview(
             [view(ctl, h) for h in hosts],
             [view(ctl, h) for h in lc.to_return(ctl.cluster)],
             ctl.cfg.templates,
-            {"state": state, "template": template, "q": q},
+            {
+                "state": state,
+                "template": template,
+                "q": q,
+                "all": "1" if everything else "",
+                "window": window,
+            },
             now,
+            fleet_picture(hosts, now, r.WINDOWS[window or "6h"]),
+            page,
         )
         return html(main if part == "main" else r.page("XCE hosts", main, hub.last_seq()))
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from html import escape
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from xce_controller.core.story import duration
 
@@ -36,6 +36,9 @@ th { background: #eee; } tr:nth-child(even) td { background: #f7f7f7; }
 .state { font-weight: 600; } .code { font-family: monospace; color: #555; }
 .s-lost, .s-overdue { color: #b00; } .s-draining { color: #b60; } .s-open { color: #070; }
 form { margin: .5em 0; } .muted { color: #777; } .live { float: right; font-size: .9em; }
+#fleet { display: block; width: 100%; max-width: 960px; height: auto; margin: .3em 0 .6em; }
+.pages a, .pages span { margin-right: .8em; } .windows a { margin-left: .5em; }
+.windows b { margin-left: .5em; }
 """
 
 JS = """
@@ -111,31 +114,91 @@ def _link(host: dict[str, Any]) -> str:
     return f'<a href="/ui/hosts/{quote(ref, safe="")}">{escape(label)}</a>'
 
 
+PAGE_SIZE = 50  # host rows per page: 300 rows made a page 14,000 pixels tall
+PAST = ("decommissioned", "returned")  # hidden unless asked for, like `xcecli hosts`
+WINDOWS = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 24 * 3600.0}
+
+
 def overview(
     hosts: list[dict[str, Any]],
     to_return: list[dict[str, Any]],
     templates: Iterable[str],
     filters: dict[str, str],
     now: float,
+    chart: str = "",
+    page: int = 1,
 ) -> str:
-    """Counts by state, the filter form, the host table and the to-return list."""
+    """Counts by state, the fleet's picture, the filter form, one page of the host table and
+    the to-return list."""
     counts = {s: 0 for s in STATES}
     for h in hosts:
         counts[h["state"]] = counts.get(h["state"], 0) + 1
     parts = ["<div class=counts id=counts>"]
     parts += [f'<span data-state="{s}">{s} <b>{n}</b></span>' for s, n in counts.items()]
     parts.append("</div>")
+    if chart:
+        parts.append(_windows(filters) + chart)
     parts.append(_filter_form(templates, filters))
     shown = [h for h in hosts if _matches(h, filters)]
-    parts.append(f"<h2>Hosts <span class=muted>({len(shown)} of {len(hosts)})</span></h2>")
-    parts.append(_host_table(shown, now))
+    pages = max(1, -(-len(shown) // PAGE_SIZE))
+    page = min(max(page, 1), pages)
+    rows = shown[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    hidden = "" if filters.get("all") or filters.get("state") in PAST else _hidden(counts)
+    first = (page - 1) * PAGE_SIZE + 1 if rows else 0
+    parts.append(
+        f"<h2>Hosts <span class=muted id=shown>({first}-{first + len(rows) - 1 if rows else 0}"
+        f" of {len(shown)} matching, {len(hosts)} in all{hidden})</span></h2>"
+    )
+    parts.append(_host_table(rows, now))
+    parts.append(_pager(filters, page, pages))
     parts.append(f"<h2>To return <span class=muted>({len(to_return)})</span></h2>")
     parts.append(_return_table(to_return, now))
     return "".join(parts)
 
 
+def _hidden(counts: dict[str, int]) -> str:
+    n = sum(counts[s] for s in PAST)
+    return f"; {n} decommissioned or returned not shown" if n else ""
+
+
+def _query(filters: dict[str, str], **change: str) -> str:
+    merged = {**filters, **change}
+    return "/ui?" + urlencode({k: v for k, v in merged.items() if v})
+
+
+def _pager(filters: dict[str, str], page: int, pages: int) -> str:
+    if pages == 1:
+        return ""
+    out = ["<p class=pages id=pages>"]
+    if page > 1:
+        out.append(
+            f'<a id=page-prev href="{escape(_query(filters, page=str(page - 1)))}">'
+            "&larr; previous</a>"
+        )
+    out.append(f"<span>page {page} of {pages}</span>")
+    if page < pages:
+        out.append(
+            f'<a id=page-next href="{escape(_query(filters, page=str(page + 1)))}">next &rarr;</a>'
+        )
+    out.append("</p>")
+    return "".join(out)
+
+
+def _windows(filters: dict[str, str]) -> str:
+    chosen = filters.get("window") or "6h"
+    links = [
+        f"<b>{w}</b>"
+        if w == chosen
+        else f'<a href="{escape(_query(filters, window=w, page=""))}">{w}</a>'
+        for w in WINDOWS
+    ]
+    return f"<h2 class=windows>Fleet, last {''.join(links)}</h2>"
+
+
 def _matches(host: dict[str, Any], f: dict[str, str]) -> bool:
     if f.get("state") and host["state"] != f["state"]:
+        return False
+    if not f.get("state") and not f.get("all") and host["state"] in PAST:
         return False
     if f.get("template") and host["template"] != f["template"]:
         return False
@@ -157,6 +220,9 @@ def _options(values: Iterable[str], chosen: str, blank: str) -> str:
 
 
 def _filter_form(templates: Iterable[str], f: dict[str, str]) -> str:
+    checked = " checked" if f.get("all") else ""
+    window = f.get("window", "")
+    keep = f'<input type=hidden name=window value="{escape(window)}">' if window else ""
     return (
         "<form method=get action=/ui id=filters>"
         f"<select name=state id=f-state>{_options(STATES, f.get('state', ''), 'any state')}"
@@ -164,7 +230,9 @@ def _filter_form(templates: Iterable[str], f: dict[str, str]) -> str:
         f"<select name=template id=f-template>"
         f"{_options(sorted(templates), f.get('template', ''), 'any template')}</select> "
         f'<input name=q id=f-q placeholder="name, instance, reason" '
-        f'value="{escape(f.get("q", ""))}">'
+        f'value="{escape(f.get("q", ""))}"> '
+        f"<label><input type=checkbox name=all value=1 id=f-all{checked}>"
+        f" decommissioned and returned too</label>{keep}"
         " <button type=submit id=f-apply>Filter</button> <a href=/ui>clear</a></form>"
     )
 

@@ -1,5 +1,6 @@
 """The JSON shapes the API answers with: a host as its agent sees it, a host as an operator
-sees it, a job. Read-only views of the controller's state; no route builds these itself."""
+sees it, a job. Read-only views of the controller's state; no route builds these itself.
+Times leave here as RFC 3339 in UTC (protocol 1.2; the records keep epoch seconds)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from xce_controller.core.codec import host_to_json, job_to_json
 from xce_controller.core.model import Host, Job
 from xce_controller.service import Controller
 from xce_protocol.protocol import PROTOCOL
+from xce_protocol.times import rfc3339_or_none, times_to_rfc3339
 
-# Never shown by the API: secrets (as hashes), the boot id, and the agent's raw resources.
+# Never shown by the API: secrets (as hashes) and the boot id.
 HIDDEN = (
     "token_hash",
     "credential_hash",
@@ -19,7 +21,6 @@ HIDDEN = (
     "past_credentials",
     "worker_hash",
     "boot_id",
-    "resources",
 )
 
 
@@ -30,7 +31,7 @@ def agent_answer(ctl: Controller, host: Host) -> dict[str, Any]:
         notice = {
             "kind": host.notice.kind,
             "event_id": host.notice.event_id,
-            "deadline": host.notice.deadline,
+            "deadline": rfc3339_or_none(host.notice.deadline),
             "drained": notices.drained(ctl.cluster, host),
         }
     return {
@@ -50,7 +51,7 @@ def job_view(ctl: Controller, j: Job) -> dict[str, Any]:
     data = job_to_json(j)
     placed = ctl.cluster.hosts.get(j.assigned)
     data["assigned_host"] = placed.name if placed is not None else ""
-    return data
+    return dict(times_to_rfc3339(data))
 
 
 def host_detail(ctl: Controller, host: Host) -> dict[str, Any]:
@@ -60,4 +61,6 @@ def host_detail(ctl: Controller, host: Host) -> dict[str, Any]:
     data["last_seen"] = ctl.seen.get(host.key)
     data["jobs_running"] = len(ctl.cluster.jobs_on(host.key))
     data["report"] = ctl.reports.get(host.key)
-    return data
+    template = ctl.cfg.templates.get(host.template)
+    data["slots"] = template.slots if template is not None else None
+    return dict(times_to_rfc3339(data))

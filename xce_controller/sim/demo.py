@@ -229,15 +229,16 @@ class Demo:
 
     def show_why(self) -> None:
         from xce_controller.core.story import story
+        from xce_protocol.times import times_to_epoch
 
-        host = self.host()
+        host = times_to_epoch(self.host())  # the story counts seconds (answers: RFC 3339)
         response = requests.get(
             f"{self.url}/v1/events",
             params={"host": INSTANCE},
             headers=self.controller.admin_headers,
             timeout=10,
         )
-        events = [json.loads(line) for line in response.text.splitlines() if line]
+        events = [times_to_epoch(json.loads(line)) for line in response.text.splitlines() if line]
         self.say(f"Why is {HOST} gone? `xcecli why {HOST}` tells its story from the facts:")
         for line in story(host, events, time.time()):
             self.out(f"          {line}")

@@ -22,6 +22,9 @@ from typing import Any
 from xce_controller.core.codec import host_from_json, host_to_json, job_from_json, job_to_json
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
+from xce_controller.store.base import Numbered, SchemaTooNew, StaleState, StorageUnavailable
+
+__all__ = ["SCHEMA_VERSION", "StorageUnavailable", "Store"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS facts (
@@ -33,14 +36,9 @@ CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, data TEXT NOT NULL);
 """
-
-
-class StorageUnavailable(Exception):
-    """The database refused a write; `cause` is SQLite's own words (disk full, I/O error)."""
-
-    def __init__(self, cause: str) -> None:
-        super().__init__(cause)
-        self.cause = cause
+# The schema above is version 1. `PRAGMA user_version` holds the version once a migration
+# writes one; 0, in every file so far, is version 1.
+SCHEMA_VERSION = 1
 
 
 def private(path: Path) -> None:
@@ -53,13 +51,23 @@ def private(path: Path) -> None:
 
 
 class Store:
+    shared = False  # one controller process per file
+
     def __init__(self, path: Path) -> None:
         self.path = path
         private(path)  # before SQLite opens it: its -wal and -shm files take the same mode
         self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        (version,) = self.db.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            self.db.close()
+            raise SchemaTooNew(
+                f"database {path} has schema version {version}; this controller knows up to "
+                f"{SCHEMA_VERSION}: run a newer xce-controller"
+            )
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        self.schema_version = max(version, 1)
         for side in ("-wal", "-shm"):  # left 0644 by an older version, say
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(f"{path}{side}", 0o600)
@@ -109,9 +117,15 @@ class Store:
         return cluster
 
     def commit(
-        self, facts: Iterable[Fact], cluster: Cluster, hosts: set[str], jobs: set[int]
+        self,
+        facts: Iterable[Fact],
+        cluster: Cluster,
+        hosts: set[str],
+        jobs: set[int],
+        after: int | None = None,
     ) -> None:
-        """Append facts and write the rows they changed, in one durable transaction."""
+        """Append facts and write the rows they changed, in one durable transaction; with
+        `after`, only if the log still ends there (another process may share the file)."""
         rows = (
             [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts],
             [(k, json.dumps(host_to_json(cluster.hosts[k]))) for k in hosts],
@@ -120,6 +134,8 @@ class Store:
         self._check_file()
         try:
             self.db.execute("BEGIN IMMEDIATE")
+            if after is not None and self.last_seq() != after:
+                raise StaleState(f"the log moved past {after}")
             self.db.executemany(
                 "INSERT INTO facts (kind, at, by, data) VALUES (?, ?, ?, ?)", rows[0]
             )
@@ -194,6 +210,41 @@ class Store:
     def reports(self) -> dict[str, dict[str, Any]]:
         rows = self.db.execute("SELECT key, data FROM reports")
         return {key: json.loads(data) for key, data in rows}
+
+    def facts_after(self, seq: int) -> list[Numbered]:
+        rows = self.db.execute(
+            "SELECT seq, kind, at, by, data FROM facts WHERE seq > ? ORDER BY seq", (seq,)
+        )
+        return [(int(n), Fact(k, at, by, json.loads(d))) for n, k, at, by, d in rows]
+
+    def events_after(self, since: int, keys: set[str] | None, limit: int) -> list[Numbered]:
+        if keys is None:
+            rows = self.db.execute(
+                "SELECT seq, kind, at, by, data FROM facts WHERE seq > ? ORDER BY seq LIMIT ?",
+                (since, limit),
+            ).fetchall()
+        else:
+            # SQLite picks the host's facts (and every fact of the jobs ever placed on it);
+            # far cheaper than decoding every fact in Python.
+            wanted = json.dumps(sorted(keys))
+            rows = self.db.execute(
+                "SELECT seq, kind, at, by, data FROM facts WHERE seq > ?1 AND ("
+                "json_extract(data, '$.key') IN (SELECT value FROM json_each(?2)) OR "
+                "(kind = 'expected' AND json_extract(data, '$.instance_id') IN "
+                "(SELECT value FROM json_each(?2))) OR "
+                "(kind = 'lease_granted' AND json_extract(data, '$.previous_key') IN "
+                "(SELECT value FROM json_each(?2))) OR "
+                "(kind GLOB 'job_*' AND json_extract(data, '$.id') IN ("
+                "SELECT json_extract(data, '$.id') FROM facts WHERE kind = 'job_assigned' "
+                "AND json_extract(data, '$.key') IN (SELECT value FROM json_each(?2)))))"
+                " ORDER BY seq LIMIT ?3",
+                (since, wanted, limit),
+            ).fetchall()
+        return [(int(n), Fact(k, at, by, json.loads(d))) for n, k, at, by, d in rows]
+
+    def last_seq(self) -> int:
+        (seq,) = self.db.execute("SELECT COALESCE(MAX(seq), 0) FROM facts").fetchone()
+        return int(seq)
 
     def close(self) -> None:
         self.db.close()

@@ -74,6 +74,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
             boot_id=body.boot_id,
             roles=tuple(body.roles),
             resources=dict(body.resources),
+            agent_version=body.agent_version,
             token=token_of(token),
             peer=peer(request),
         )
@@ -117,7 +118,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
         )
         if not body.renew:
             return agent_answer(ctl, ctl.heartbeat(host, report))
-        host, secret = ctl.renew(ctl.heartbeat(host, report), body.boot_id)
+        host, secret = ctl.renew(ctl.heartbeat(host, report), body.boot_id, body.agent_version)
         return {**agent_answer(ctl, host), "credential": secret, "incarnation": host.incarnation}
 
     @api.post("/v1/hosts/{name}/notice", response_model=HostAnswer, responses=ERRORS)

@@ -11,6 +11,7 @@ from xce_controller.http.routes.agents import peer
 from xce_controller.http.schemas import LeaseAnswer, LeaseBody
 from xce_controller.service import Controller
 from xce_protocol.protocol import PROTOCOL
+from xce_protocol.times import times_to_rfc3339
 
 LEASE_HOST = Query(..., min_length=1, max_length=253)
 LEASE_SESSION = Query(..., min_length=1, max_length=64)
@@ -26,7 +27,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
     ) -> dict[str, Any]:
         host = ctl.agent_host(body.host, "", token_of(credential), peer(request))
         held = ctl.leases.acquire(lease, host.name, body.session, body.ttl, host.key)
-        return {"protocol": PROTOCOL, **ctl.leases.describe(held)}
+        return {"protocol": PROTOCOL, **times_to_rfc3339(ctl.leases.describe(held))}
 
     @api.delete("/v1/leases/{lease}", response_model=LeaseAnswer, responses=ERRORS)
     async def release_lease(
@@ -38,8 +39,8 @@ def install(api: FastAPI, ctl: Controller) -> None:
     ) -> dict[str, Any]:
         speaker = ctl.agent_host(host, "", token_of(credential), peer(request))
         released = ctl.leases.release(lease, speaker.name, session, speaker.key)
-        return {"protocol": PROTOCOL, **ctl.leases.describe(released)}
+        return {"protocol": PROTOCOL, **times_to_rfc3339(ctl.leases.describe(released))}
 
     @api.get("/v1/leases", response_model=list[LeaseAnswer], responses=ERRORS)
     async def list_leases(by: str = ADMIN_ROLE) -> list[dict[str, Any]]:
-        return [{"protocol": PROTOCOL, **le} for le in ctl.leases.listing()]
+        return [{"protocol": PROTOCOL, **times_to_rfc3339(le)} for le in ctl.leases.listing()]

@@ -1,0 +1,62 @@
+"""Controller replicas (`xce-controller serve` processes) on one PostgreSQL store, for tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tests.integration.controller_proc import ControllerProcess
+
+ADMIN_TOKEN, JOIN_TOKEN = "adm1n-t0ken", "j0in-t0ken"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+CONFIG = f"""\
+version: 1
+heartbeat_interval: 1s
+host_loss_grace: 4s
+agent_max_restart_backoff: 1s
+rejoin_allowance: 1s
+defaults: {{join_deadline: 10m, drain_timeout: 5m, drain_policy: requeue}}
+auth: {{admin_token: {ADMIN_TOKEN}, join_token: {JOIN_TOKEN}}}
+templates:
+  default: {{slots: 2}}
+"""
+
+
+class Replicas:
+    def __init__(self, root: Path, dsn: str, count: int, config: str = CONFIG) -> None:
+        self.procs = []
+        for n in range(count):
+            workdir = root / f"replica{n}"
+            workdir.mkdir()
+            self.procs.append(ControllerProcess(workdir, config, db=dsn))
+
+    def start(self) -> Replicas:
+        for proc in self.procs:
+            proc.start()
+        return self
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.stop()
+
+    def __getitem__(self, n: int) -> ControllerProcess:
+        return self.procs[n]
+
+    @property
+    def urls(self) -> list[str]:
+        return [p.url for p in self.procs]
+
+
+def call(
+    url: str, method: str, path: str, body: Any = None, bearer: str = ADMIN_TOKEN, **params: Any
+) -> requests.Response:
+    return requests.request(
+        method,
+        url + path,
+        json=body if method != "GET" else None,
+        params=params or None,
+        headers={"Authorization": f"Bearer {bearer}"},
+        timeout=30,
+    )

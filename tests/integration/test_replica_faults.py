@@ -1,0 +1,185 @@
+"""Replicas under faults: a wrong wall clock, a cut listener, the primary killed and a
+standby promoted. What each must keep: no timer early, no fact missed, no acknowledged
+decision lost or doubled, no host declared lost for the outage."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.integration.helpers import wait_for
+from tests.integration.replica_set import ADMIN_TOKEN, CONFIG, JOIN_TOKEN, Replicas, call
+from tests.pg_server import PgCluster, PgServer, need_pg
+from xce_controller.core.config import load_cluster_config
+from xce_controller.http.server import EmbeddedController
+from xce_controller.store.open import open_store
+
+
+def facts(dsn: str) -> list[tuple[str, float, dict[str, object]]]:
+    store = open_store(dsn)
+    try:
+        return [(f.kind, f.at, f.data) for f in store.facts()]
+    finally:
+        store.close()
+
+
+def test_a_replica_whose_clock_runs_60s_fast_fires_no_timer_early(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    if shutil.which("faketime") is None:
+        pytest.skip("faketime not installed (apt-get install faketime)")
+    replicas = Replicas(tmp_path, pg_dsn, 2)
+    replicas[1].prefix = ["faketime", "-f", "+60s"]
+    replicas.start()
+    try:
+        a, fast = replicas.urls
+        began = time.monotonic()
+        body = {"instance_id": "i-1", "template": "default", "deadline_in": 3}
+        assert call(fast, "POST", "/v1/expected", body).status_code == 201
+        assert call(a, "POST", "/v1/expected", {**body, "instance_id": "i-2"}).status_code == 201
+        wait_for(lambda: len([k for k, _, _ in facts(pg_dsn) if k == "state"]) == 2, timeout=20)
+        assert time.monotonic() - began >= 2.9  # neither replica fired before the deadline
+        expected = {d["instance_id"]: at for k, at, d in facts(pg_dsn) if k == "expected"}
+        # Both recorded by the database's clock: the fast replica's is not 60 s ahead.
+        assert abs(expected["i-1"] - expected["i-2"]) < 2
+    finally:
+        replicas.stop()
+
+
+@pytest.fixture
+def embedded(pg_dsn: str, tmp_path: Path) -> Iterator[EmbeddedController]:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(CONFIG)
+    ctl = EmbeddedController(load_cluster_config(config), pg_dsn).start()
+    yield ctl
+    ctl.stop()
+
+
+def test_a_replica_whose_listener_is_cut_still_sees_every_fact_within_the_poll(
+    embedded: EmbeddedController, tmp_path: Path, pg_dsn: str
+) -> None:
+    other = Replicas(tmp_path, pg_dsn, 1).start()
+    try:
+        replica = embedded.controller.replica
+        assert replica is not None and replica.listener is not None
+        wait_for(replica.listener.connected.is_set)
+        replica.listener.cut = True  # NOTIFYs are read and dropped: only the poll is left
+        cred = call(other.urls[0], "POST", "/v1/join", {"host": "c1"}, JOIN_TOKEN).json()
+        version = call(embedded.url, "POST", "/v1/hosts/c1/heartbeat", {}, cred["credential"])
+        since = version.json()["version"]
+        got: list[requests.Response] = []
+
+        def watch() -> None:
+            got.append(
+                call(
+                    embedded.url,
+                    "GET",
+                    "/v1/hosts/c1/watch",
+                    bearer=cred["credential"],
+                    since=since,
+                    timeout=20,
+                )
+            )
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        time.sleep(0.2)  # held on the cut replica (checked by the answer below)
+        sent = time.monotonic()
+        assert call(other.urls[0], "POST", "/v1/hosts/c1/close", {}).status_code == 200
+        watcher.join(10)
+        assert got and got[0].json()["state"] == "closed"
+        assert time.monotonic() - sent < 2.5  # the 1 s poll, not the 20 s watch timeout
+    finally:
+        other.stop()
+
+
+def test_primary_killed_and_standby_promoted_loses_no_acknowledged_decision(
+    tmp_path: Path,
+) -> None:
+    need_pg()
+    pg = PgCluster(port=5442)
+    try:
+        pg.primary.sql("CREATE DATABASE xce")
+        open_store(pg.primary.dsn("xce")).close()  # the schema, before the copy
+        standby = pg.primary.standby("standby", 5443)
+        pg.servers.append(standby)
+        pg.primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        pg.primary.sql("SELECT pg_reload_conf()")
+        wait_for(
+            lambda: pg.primary.sql("SELECT count(*) FROM pg_stat_replication "
+                                   "WHERE sync_state = 'sync'") == "1", timeout=30)  # fmt: skip
+        dsn = (
+            f"host={pg.root},{pg.root} port=5442,5443 user=postgres dbname=xce "
+            "target_session_attrs=read-write connect_timeout=2"
+        )
+        replicas = Replicas(tmp_path, dsn, 2).start()
+        try:
+            failover(replicas, pg, standby)
+            kept = facts(f"host={pg.root} port=5443 user=postgres dbname=xce")
+        finally:
+            replicas.stop()
+    finally:
+        pg.close()
+    lost = [d for k, _, d in kept if k == "state" and d.get("state") == "lost"]
+    assert not lost, lost
+
+
+def failover(replicas: Replicas, pg: PgCluster, standby: PgServer) -> None:
+    a, b = replicas.urls
+    cred = call(a, "POST", "/v1/join", {"host": "beating"}, JOIN_TOKEN).json()["credential"]
+    stop = threading.Event()
+    acked: list[str] = []
+
+    def beat() -> None:
+        n = 0
+        while not stop.wait(0.3):
+            n += 1
+            with contextlib.suppress(requests.RequestException):
+                call((a, b)[n % 2], "POST", "/v1/hosts/beating/heartbeat", {}, cred)
+
+    def expect() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            iid = f"i-{n}"
+            try:
+                body = {"instance_id": iid, "template": "default"}
+                r = call((a, b)[n % 2], "POST", "/v1/expected", body, ADMIN_TOKEN)
+            except requests.RequestException:
+                continue
+            if r.status_code == 201:
+                acked.append(iid)
+            else:
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=beat), threading.Thread(target=expect)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: len(acked) >= 20, timeout=30)
+        pg.primary.kill()
+        standby.promote()
+        before = len(acked)
+        wait_for(lambda: len(acked) >= before + 20, timeout=60)  # writes resumed, both replicas
+        time.sleep(5)  # more than the 4 s grace after the outage: a loss would show now
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    store = open_store(f"host={pg.root} port=5443 user=postgres dbname=xce")
+    try:
+        got = [f.data["instance_id"] for f in store.facts() if f.kind == "expected"]
+        assert set(acked) <= set(got)  # every acknowledged decision survived
+        assert len(got) == len(set(got))  # and none twice
+        assert store.load()[0].hosts == store.replay().hosts
+    finally:
+        store.close()
+    states = {h["name"]: h["state"] for h in call(b, "GET", "/v1/hosts").json()}
+    assert states["beating"] == "open"

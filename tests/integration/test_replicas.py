@@ -1,0 +1,182 @@
+"""Several controller replicas on one PostgreSQL database: any replica answers any request,
+every decision is made once, and a commit on one wakes the watches held on another."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.integration.helpers import wait_for
+from tests.integration.replica_set import JOIN_TOKEN, Replicas, call
+from xce_controller.store.open import open_store
+
+
+@pytest.fixture
+def two(tmp_path: Path, pg_dsn: str) -> Iterator[Replicas]:
+    replicas = Replicas(tmp_path, pg_dsn, 2).start()
+    yield replicas
+    replicas.stop()
+
+
+def kinds(dsn: str) -> list[tuple[str, dict[str, Any]]]:
+    store = open_store(dsn)
+    try:
+        return [(f.kind, f.data) for f in store.facts()]
+    finally:
+        store.close()
+
+
+def test_the_elastic_host_story_with_requests_spread_over_two_replicas(
+    two: Replicas, pg_dsn: str
+) -> None:
+    a, b = two.urls
+    r = call(a, "POST", "/v1/expected", {"instance_id": "i-1", "template": "default",
+                                         "expected_name": "n1"})  # fmt: skip
+    assert r.status_code == 201, r.text
+    assert [h["key"] for h in call(b, "GET", "/v1/expected").json()] == ["i-1"]
+    joined = call(b, "POST", "/v1/join", {"host": "n1", "instance_id": "i-1"}, JOIN_TOKEN)
+    assert joined.status_code == 200 and joined.json()["state"] == "open", joined.text
+    cred = joined.json()["credential"]
+    beat = call(a, "POST", "/v1/hosts/n1/heartbeat", {}, cred)
+    assert beat.status_code == 200 and beat.json()["state"] == "open", beat.text
+    job = call(a, "POST", "/v1/jobs", {"command": ["sleep", "100"]})
+    assert job.status_code == 201 and job.json()["assigned"] == "i-1", job.text
+    assert call(b, "POST", "/v1/hosts/n1/jobs/1/started", {}, cred).status_code == 200
+    version = call(b, "POST", "/v1/hosts/n1/heartbeat", {}, cred).json()["version"]
+    woken: list[requests.Response] = []
+    watcher = threading.Thread(
+        target=lambda: woken.append(
+            call(b, "GET", "/v1/hosts/n1/watch", bearer=cred, since=version, timeout=20)
+        )
+    )
+    watcher.start()
+    time.sleep(0.2)  # the watch is held on b (not synchronisation: it is checked below)
+    drain = call(a, "POST", "/v1/hosts/n1/decommission", {"drain_timeout": 60})
+    assert drain.status_code == 200 and drain.json()["state"] == "draining", drain.text
+    watcher.join(10)
+    assert woken and woken[0].json()["state"] == "draining", woken
+    finished = call(b, "POST", "/v1/hosts/n1/jobs/1/finished", {"exit_code": 0}, cred)
+    assert finished.status_code == 200, finished.text
+    refused = call(a, "POST", "/v1/hosts/n1/heartbeat", {}, cred)
+    assert refused.status_code == 410 and refused.json()["error"] == "decommissioned"
+    again = call(a, "POST", "/v1/join", {"host": "n1", "instance_id": "i-1"}, JOIN_TOKEN)
+    assert again.status_code == 410, again.text
+    assert [h["key"] for h in call(b, "GET", "/v1/to-return").json()] == ["i-1"]
+    acked = call(a, "POST", "/v1/to-return/i-1/ack", {})
+    assert acked.status_code == 200 and acked.json()["state"] == "returned", acked.text
+    assert call(b, "GET", "/v1/hosts/n1").json()["state"] == "returned"
+    states = [d["state"] for k, d in kinds(pg_dsn) if k == "state"]
+    assert states == ["decommissioned", "returned"]  # each decision once
+    assert [k for k, _ in kinds(pg_dsn)].count("drain") == 1
+
+
+def test_racing_replicas_make_each_decision_once(tmp_path: Path, pg_dsn: str) -> None:
+    replicas = Replicas(tmp_path, pg_dsn, 3).start()
+    try:
+        urls = replicas.urls
+        names = [f"h{n}" for n in range(12)]
+        for n, name in enumerate(names):
+            r = call(urls[n % 3], "POST", "/v1/join", {"host": name}, JOIN_TOKEN)
+            assert r.status_code == 200, r.text
+        answers: list[int] = []
+        gate = threading.Barrier(3)
+
+        def decide(url: str) -> None:
+            gate.wait()
+            for name in names:
+                answers.append(call(url, "POST", f"/v1/hosts/{name}/decommission", {}).status_code)
+
+        threads = [threading.Thread(target=decide, args=(u,)) for u in urls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert Counter(answers) == {200: len(names), 409: 2 * len(names)}, answers
+        ended = Counter(d["key"] for k, d in kinds(pg_dsn) if k == "state")
+        assert ended == dict.fromkeys((f"host:{n}" for n in names), 1)
+        for url in urls:  # every replica tells the same story
+            hosts = call(url, "GET", "/v1/hosts", all="true").json()
+            assert {h["state"] for h in hosts} == {"decommissioned"}
+    finally:
+        replicas.stop()
+
+
+def test_a_commit_on_one_replica_wakes_a_watch_held_on_another(two: Replicas) -> None:
+    a, b = two.urls
+    cred = call(a, "POST", "/v1/join", {"host": "w1"}, JOIN_TOKEN).json()["credential"]
+    delays = []
+    for n in range(20):
+        version = call(b, "POST", "/v1/hosts/w1/heartbeat", {}, cred).json()["version"]
+        got: list[float] = []
+
+        def watch(since: int, got: list[float]) -> None:
+            call(b, "GET", "/v1/hosts/w1/watch", bearer=cred, since=since, timeout=10)
+            got.append(time.monotonic())
+
+        watcher = threading.Thread(target=watch, args=(version, got))
+        watcher.start()
+        time.sleep(0.1)  # held on b before the change (a late watch answers at once anyway)
+        action = "close" if n % 2 == 0 else "open"
+        sent = time.monotonic()
+        assert call(a, "POST", f"/v1/hosts/w1/{action}", {}).status_code == 200
+        committed = time.monotonic()
+        watcher.join(10)
+        assert got, "the watch on b was not woken"
+        delays.append(got[0] - committed if got[0] > committed else 0.0)
+        assert got[0] - sent < 1.0  # well inside the 1 s poll: the NOTIFY woke it
+    metrics = call(b, "GET", "/metrics").text
+    assert 'xce_controller_replica_info{replica="' in metrics
+    applied = [ln for ln in metrics.splitlines() if ln.startswith("xce_controller_replica_facts_")]
+    assert applied and float(applied[0].split()[-1]) >= 20  # a's changes, applied on b
+    assert "xce_controller_replica_listener_up 1.0" in metrics
+    print(f"cross-replica wake after commit: median {statistics.median(delays) * 1000:.1f} ms, "
+          f"max {max(delays) * 1000:.1f} ms")  # fmt: skip
+
+
+def test_killing_a_replica_mid_decisions_loses_or_doubles_none(tmp_path: Path, pg_dsn: str) -> None:
+    replicas = Replicas(tmp_path, pg_dsn, 2).start()
+    try:
+        a, b = replicas.urls
+        acked: list[str] = []
+        stop = threading.Event()
+
+        def expect() -> None:
+            n = 0
+            while not stop.is_set() and n < 400:
+                iid = f"i-{n}"
+                n += 1
+                try:
+                    r = call(a, "POST", "/v1/expected", {"instance_id": iid, "template": "default"})
+                except requests.RequestException:
+                    return  # a is gone: what it acknowledged is counted
+                if r.status_code == 201:
+                    acked.append(iid)
+
+        writer = threading.Thread(target=expect)
+        writer.start()
+        wait_for(lambda: len(acked) >= 30, timeout=30)
+        replicas[0].kill()
+        stop.set()
+        writer.join(30)
+        on_b = [h["key"] for h in call(b, "GET", "/v1/expected").json()]
+        assert set(acked) <= set(on_b)
+        expected = [d["instance_id"] for k, d in kinds(pg_dsn) if k == "expected"]
+        assert len(expected) == len(set(expected)) == len(on_b)  # none twice
+        # b goes on deciding on the whole log
+        r = call(b, "POST", "/v1/expected", {"instance_id": "i-after", "template": "default"})
+        assert r.status_code == 201, r.text
+        store = open_store(pg_dsn)
+        try:
+            assert store.load()[0].hosts == store.replay().hosts
+        finally:
+            store.close()
+    finally:
+        replicas.stop()

@@ -1,0 +1,96 @@
+"""The API among replicas: each request sees every fact committed before it arrived, on any
+replica, and a change decided on a state another replica moved meanwhile is decided again.
+
+Before the request, the replica applies what the others appended (one indexed read of the
+log past its version). A commit decided on an older log is refused by the store (StaleState),
+nothing of it stored; the request is then run again on the caught-up state, from its
+buffered body, up to RETRIES times, and answered 503 (retry) past that. Only a request whose
+answer has not started can be run again; a refusal comes before any answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from xce_controller.service import Controller
+from xce_controller.store.base import StaleState, StorageUnavailable
+from xce_protocol.protocol import PROTOCOL
+from xce_protocol.reasons import Reason
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+RETRIES = 20
+
+
+class CatchUp:
+    def __init__(self, app: ASGIApp, controller: Controller) -> None:
+        self.app = app
+        self.ctl = controller
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.ctl.replica is None:
+            await self.app(scope, receive, send)
+            return
+        body = await _buffered(receive)
+        for _ in range(RETRIES + 1):
+            if await self._attempt(scope, list(body), receive, send):
+                return
+        await _busy(send)
+
+    async def _attempt(
+        self, scope: Scope, body: list[Message], receive: Receive, send: Send
+    ) -> bool:
+        """Run the request once on the caught-up state; False if it must run again."""
+        assert self.ctl.replica is not None
+        started = False
+
+        async def replay() -> Message:
+            # The body, then the client's own messages (a stream waits for its disconnect).
+            return body.pop(0) if body else await receive()
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        # The database down: answered from memory; a change is refused by the store anyway.
+        with contextlib.suppress(StorageUnavailable):
+            self.ctl.replica.catch_up()
+        try:
+            await self.app(scope, replay, sending)
+        except StaleState:
+            if started:
+                raise
+            return False
+        return True
+
+
+async def _busy(send: Send) -> None:
+    """Every try was overtaken by another replica's change: the client retries later."""
+    text = json.dumps(
+        {
+            "error": "storage_unavailable",
+            "code": Reason.REFUSED_STORAGE_UNAVAILABLE.value,
+            "message": "other replicas kept changing the state under this change; "
+            "nothing was changed",
+            "protocol": PROTOCOL,
+        }
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"retry-after", b"1")]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": text})
+
+
+async def _buffered(receive: Receive) -> list[Message]:
+    messages = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return messages

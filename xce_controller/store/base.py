@@ -1,0 +1,113 @@
+"""What the controller needs of its durable store, whichever database holds it.
+
+Two backends implement it, one module each: sqlite.py (the embedded default, one process)
+and postgres.py (one database shared by any number of controller replicas). The core and the
+service see only this interface; every SQL statement lives in the backend's own module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from xce_controller.core.model import Cluster, Fact
+
+# A stored fact with its place in the log: (seq, fact).
+Numbered = tuple[int, Fact]
+
+
+class StorageUnavailable(Exception):
+    """The database refused a write; `cause` is the database's own words (disk full, I/O
+    error, connection lost)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+class StaleState(Exception):
+    """Another replica appended facts after this one last read the log: the change was decided
+    on an old state and nothing of it was stored. The caller catches up and decides again."""
+
+
+class SchemaTooNew(Exception):
+    """The database was migrated by a newer controller than this one."""
+
+
+class Store(Protocol):
+    """The facts, the state rows they produce, and what is kept beside them."""
+
+    # True when other controller processes write the same store (postgres.py): the service
+    # then reads what they appended before each decision, and shares heartbeat times.
+    shared: bool
+
+    def load(self) -> tuple[Cluster, dict[str, float]]:
+        """The stored state (from the state tables) and the last heartbeat times."""
+
+    def facts(self) -> list[Fact]:
+        """Every fact, oldest first."""
+
+    def replay(self) -> Cluster:
+        """The state rebuilt from the facts alone."""
+
+    def commit(
+        self,
+        facts: Iterable[Fact],
+        cluster: Cluster,
+        hosts: set[str],
+        jobs: set[int],
+        after: int | None = None,
+    ) -> None:
+        """Append facts and write the rows they changed, in one durable transaction. With
+        `after`, refuse (StaleState) unless the log still ends at that sequence number."""
+
+    def leases(self) -> list[dict[str, Any]]: ...
+
+    def lease_facts(self) -> list[Fact]: ...
+
+    def commit_leases(self, facts: Iterable[Fact], rows: Iterable[dict[str, Any]]) -> None: ...
+
+    def save_seen(self, seen: dict[str, float]) -> None: ...
+
+    def save_report(self, key: str, report: dict[str, Any]) -> None: ...
+
+    def reports(self) -> dict[str, dict[str, Any]]: ...
+
+    def events_after(self, since: int, keys: set[str] | None, limit: int) -> list[Numbered]:
+        """Facts after `since` (about the host records `keys`, when given), oldest first."""
+
+    def facts_after(self, seq: int) -> list[Numbered]:
+        """Every fact after `seq`, oldest first (what other replicas appended)."""
+
+    def last_seq(self) -> int:
+        """The sequence number of the newest fact (0 for none)."""
+
+    def close(self) -> None: ...
+
+
+class Listening(Protocol):
+    """A running follower of the log (postgres.Listener)."""
+
+    connected: Any  # threading.Event: set while its LISTEN connection is up
+    cut: bool
+
+    def stop(self) -> None: ...
+
+
+class SharedStore(Store, Protocol):
+    """A store several replicas write (postgres.py): what they share beside the facts."""
+
+    def beat(self, key: str, at: float) -> None:
+        """One host heard from (no fact, no notification)."""
+
+    def seen_of(self, keys: Iterable[str]) -> dict[str, float]: ...
+
+    def liveness_since(self) -> float:
+        """When the shared heartbeat times last started empty (database clock)."""
+
+    def db_time(self) -> float:
+        """The database's clock, seconds since the epoch."""
+
+    def listen(self, told: Callable[[int | None], None], poll: float) -> Any:
+        """A started Listening that calls `told(head)` on each commit anywhere, and
+        `told(None)` every `poll` seconds (from its own thread)."""

@@ -1,0 +1,422 @@
+"""PostgreSQL persistence: one database shared by any number of controller replicas.
+
+The same tables as the SQLite store, plus what sharing needs. Appends are serialised by a
+transaction-scoped advisory lock taken before the log's head is read, so sequence numbers are
+given in commit order without gaps: a follower reading by sequence number can never pass a
+fact that commits later (sequence values taken at insert, not at commit, allow exactly that).
+A commit may name the head it was decided on (`after`); if another replica appended since, it
+is refused (StaleState) and nothing is stored, so every decision is made on the whole log.
+Each commit sends one NOTIFY carrying only the new head; heartbeats never do: they update an
+UNLOGGED table (`seen`), whose marker row ('' key) tells when that table last started empty
+(a first start, or a crash or failover that emptied it). Times come from the database's clock.
+Any database failure surfaces as StorageUnavailable with the server's words, after rollback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from xce_controller.core.codec import host_from_json, host_to_json, job_from_json, job_to_json
+from xce_controller.core.facts import apply
+from xce_controller.core.model import Cluster, Fact
+from xce_controller.store.base import Numbered, SchemaTooNew, StaleState, StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+# Each entry brings the schema from the previous version to its own; never edit a released one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE facts (
+        seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
+        by TEXT NOT NULL, data JSONB NOT NULL,
+        committed_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp());
+    CREATE INDEX facts_key ON facts ((data->>'key'), seq);
+    CREATE INDEX facts_instance ON facts ((data->>'instance_id'), seq) WHERE kind = 'expected';
+    CREATE INDEX facts_previous ON facts ((data->>'previous_key'), seq)
+        WHERE kind = 'lease_granted';
+    CREATE TABLE hosts (key TEXT PRIMARY KEY, data TEXT NOT NULL);
+    CREATE TABLE jobs (id BIGINT PRIMARY KEY, data TEXT NOT NULL);
+    CREATE UNLOGGED TABLE seen (key TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL);
+    CREATE TABLE reports (key TEXT PRIMARY KEY, data TEXT NOT NULL);
+    CREATE TABLE leases (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+APPEND_LOCK = 0x7863650001  # pg_advisory_xact_lock key: one appender at a time
+MIGRATE_LOCK = 0x7863650002
+CHANNEL = "xce_facts"
+MARKER = ""  # the `seen` row that dates the table itself
+CONNECT_TIMEOUT = 5.0
+
+
+class PgStore:
+    shared = True
+
+    def __init__(self, conninfo: str, migrate: bool = True, explicit: bool = False) -> None:
+        self.conninfo = conninfo
+        try:  # one direct connection first: its error names the cause; the pool's would not
+            psycopg.connect(conninfo, connect_timeout=int(CONNECT_TIMEOUT)).close()
+        except psycopg.Error as exc:
+            raise StorageUnavailable(_why(exc)) from exc
+        self.pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=4,
+            timeout=CONNECT_TIMEOUT,
+            kwargs={"autocommit": True},  # transactions are explicit, isolation level too
+            open=False,
+        )
+        self.pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+        try:
+            self.version = self._schema(migrate, explicit)
+        except BaseException:
+            self.pool.close()
+            raise
+
+    # --- schema -------------------------------------------------------------------------
+    def _schema(self, migrate: bool, explicit: bool) -> int:
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+            cur.execute("SELECT to_regclass('schema_version') IS NOT NULL")
+            row = cur.fetchone()
+            version = 0
+            if row and row[0]:
+                cur.execute("SELECT version FROM schema_version")
+                got = cur.fetchone()
+                version = int(got[0]) if got else 0
+            if version > SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"the database has schema version {version}; this controller knows up to "
+                    f"{SCHEMA_VERSION}: run a newer xce-controller"
+                )
+            if version == SCHEMA_VERSION or not migrate:
+                return version
+            if version and not explicit:
+                raise SchemaTooNew(
+                    f"the database has schema version {version}, this controller needs "
+                    f"{SCHEMA_VERSION}: run `xce-controller migrate` first"
+                )
+            if version == 0:
+                cur.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+                cur.execute("INSERT INTO schema_version VALUES (0)")
+            for step in range(version, SCHEMA_VERSION):
+                cur.execute(MIGRATIONS[step])
+                cur.execute("UPDATE schema_version SET version = %s", (step + 1,))
+                log.warning("database schema migrated to version %d", step + 1)
+            return SCHEMA_VERSION
+
+    # --- plumbing -----------------------------------------------------------------------
+    @contextmanager
+    def _tx(self, read_only: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+        """One transaction; any database failure as StorageUnavailable after rollback."""
+        try:
+            with self.pool.connection() as conn:
+                if read_only:
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    try:
+                        with conn.cursor() as cur:
+                            yield cur
+                    finally:
+                        with suppress(psycopg.Error):  # a broken connection is dropped
+                            conn.execute("ROLLBACK")
+                    return
+                with conn.transaction(), conn.cursor() as cur:
+                    yield cur
+        except psycopg.Error as exc:
+            raise StorageUnavailable(_why(exc)) from exc
+        except Exception as exc:  # the pool's own timeout: no connection could be had
+            if type(exc).__module__.startswith("psycopg_pool"):
+                raise StorageUnavailable(f"no database connection: {exc}") from exc
+            raise
+
+    def _rows(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        with self._tx(read_only=True) as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
+
+    # --- state --------------------------------------------------------------------------
+    def load(self) -> tuple[Cluster, dict[str, float]]:
+        """The stored state and heartbeat times, read from one snapshot."""
+        cluster = Cluster()
+        with self._tx(read_only=True) as cur:
+            cur.execute("SELECT data FROM hosts")
+            hosts = [host_from_json(json.loads(data)) for (data,) in cur.fetchall()]
+            cur.execute("SELECT data FROM jobs")
+            jobs = [job_from_json(json.loads(data)) for (data,) in cur.fetchall()]
+            cur.execute("SELECT COALESCE(MAX(seq), 0) FROM facts")
+            head = _one(cur)
+            cur.execute("SELECT key, at FROM seen WHERE key <> ''")
+            seen = {str(key): float(at) for key, at in cur.fetchall()}
+        for host in sorted(hosts, key=lambda h: h.joined_at or 0.0):  # latest name wins
+            cluster.put_host(host)
+        for job in jobs:
+            cluster.put_job(job)
+        cluster.next_job = max(cluster.jobs, default=0) + 1
+        cluster.version = int(head)  # appends are gapless: the head is the count
+        return cluster, seen
+
+    def facts(self) -> list[Fact]:
+        rows = self._rows("SELECT kind, at, by, data FROM facts ORDER BY seq")
+        return [Fact(k, at, by, d) for k, at, by, d in rows]
+
+    def replay(self) -> Cluster:
+        cluster = Cluster()
+        for fact in self.facts():
+            apply(cluster, fact)
+        return cluster
+
+    def facts_after(self, seq: int) -> list[Numbered]:
+        rows = self._rows(
+            "SELECT seq, kind, at, by, data FROM facts WHERE seq > %s ORDER BY seq", (seq,)
+        )
+        return [(int(n), Fact(k, at, by, d)) for n, k, at, by, d in rows]
+
+    def events_after(self, since: int, keys: set[str] | None, limit: int) -> list[Numbered]:
+        if keys is None:
+            rows = self._rows(
+                "SELECT seq, kind, at, by, data FROM facts WHERE seq > %s ORDER BY seq LIMIT %s",
+                (since, limit),
+            )
+        else:
+            wanted = sorted(keys)
+            rows = self._rows(
+                "SELECT seq, kind, at, by, data FROM facts WHERE seq > %(since)s AND ("
+                "data->>'key' = ANY(%(keys)s) OR "
+                "(kind = 'expected' AND data->>'instance_id' = ANY(%(keys)s)) OR "
+                "(kind = 'lease_granted' AND data->>'previous_key' = ANY(%(keys)s)) OR "
+                "(kind LIKE 'job\\_%%' AND data->'id' IN ("
+                "SELECT data->'id' FROM facts WHERE kind = 'job_assigned' "
+                "AND data->>'key' = ANY(%(keys)s))))"
+                " ORDER BY seq LIMIT %(limit)s",
+                {"since": since, "keys": wanted, "limit": limit},
+            )
+        return [(int(n), Fact(k, at, by, d)) for n, k, at, by, d in rows]
+
+    def last_seq(self) -> int:
+        return int(self._rows("SELECT COALESCE(MAX(seq), 0) FROM facts")[0][0])
+
+    def _append(self, cur: psycopg.Cursor[Any], facts: list[Fact], after: int | None) -> None:
+        """Append under the append lock, numbered from the head; then one NOTIFY."""
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
+        cur.execute("SELECT COALESCE(MAX(seq), 0) FROM facts")
+        head = _one(cur)
+        if after is not None and head != after:
+            raise StaleState(f"the log is at {head}, the change was decided at {after}")
+        if not facts:
+            return
+        cur.executemany(
+            "INSERT INTO facts (seq, kind, at, by, data) VALUES (%s, %s, %s, %s, %s)",
+            [(head + i, f.kind, f.at, f.by, Jsonb(f.data)) for i, f in enumerate(facts, 1)],
+        )
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(head + len(facts))))
+
+    def commit(
+        self,
+        facts: Iterable[Fact],
+        cluster: Cluster,
+        hosts: set[str],
+        jobs: set[int],
+        after: int | None = None,
+    ) -> None:
+        done = list(facts)
+        host_rows = [(k, json.dumps(host_to_json(cluster.hosts[k]))) for k in sorted(hosts)]
+        job_rows = [(i, json.dumps(job_to_json(cluster.jobs[i]))) for i in sorted(jobs)]
+        with self._tx() as cur:
+            self._append(cur, done, after)
+            cur.executemany(
+                "INSERT INTO hosts (key, data) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data",
+                host_rows,
+            )
+            cur.executemany(
+                "INSERT INTO jobs (id, data) VALUES (%s, %s) "
+                "ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data",
+                job_rows,
+            )
+
+    # --- leases -------------------------------------------------------------------------
+    def leases(self) -> list[dict[str, Any]]:
+        return [json.loads(data) for (data,) in self._rows("SELECT data FROM leases")]
+
+    def lease_facts(self) -> list[Fact]:
+        rows = self._rows(
+            "SELECT kind, at, by, data FROM facts WHERE kind IN ('lease_granted', "
+            "'lease_released') ORDER BY seq"
+        )
+        return [Fact(k, at, by, d) for k, at, by, d in rows]
+
+    def commit_leases(self, facts: Iterable[Fact], rows: Iterable[dict[str, Any]]) -> None:
+        lease_rows = [(r["name"], json.dumps(r, sort_keys=True)) for r in rows]
+        with self._tx() as cur:
+            self._append(cur, list(facts), None)
+            cur.executemany(
+                "INSERT INTO leases (name, data) VALUES (%s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data",
+                lease_rows,
+            )
+
+    # --- beside the facts ---------------------------------------------------------------
+    def save_seen(self, seen: dict[str, float]) -> None:
+        """Heartbeat times, newest kept (another replica may have heard a host later)."""
+        with self._tx() as cur:
+            cur.executemany(
+                "INSERT INTO seen (key, at) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
+                "SET at = GREATEST(seen.at, EXCLUDED.at)",
+                [(k, at) for k, at in seen.items() if k != MARKER],
+            )
+
+    def beat(self, key: str, at: float) -> None:
+        """One host heard from: an UPDATE of an unlogged row, no fact and no NOTIFY."""
+        self.save_seen({key: at})
+
+    def seen_of(self, keys: Iterable[str]) -> dict[str, float]:
+        rows = self._rows("SELECT key, at FROM seen WHERE key = ANY(%s)", (sorted(keys),))
+        return {str(k): float(at) for k, at in rows}
+
+    def liveness_since(self) -> float:
+        """When the heartbeat table last started empty (database clock): a crash or a
+        failover empties an unlogged table, and no host may be judged by beats it lost."""
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO seen (key, at) VALUES (%s, extract(epoch FROM clock_timestamp())) "
+                "ON CONFLICT (key) DO NOTHING",
+                (MARKER,),
+            )
+            cur.execute("SELECT at FROM seen WHERE key = %s", (MARKER,))
+            return float(_one(cur))
+
+    def db_time(self) -> float:
+        """The database's clock, seconds since the epoch."""
+        return float(self._rows("SELECT extract(epoch FROM clock_timestamp())")[0][0])
+
+    def save_report(self, key: str, report: dict[str, Any]) -> None:
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO reports (key, data) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data",
+                (key, json.dumps(report, sort_keys=True)),
+            )
+
+    def reports(self) -> dict[str, dict[str, Any]]:
+        return {k: json.loads(d) for k, d in self._rows("SELECT key, data FROM reports")}
+
+    def copy_in(
+        self,
+        numbered: list[Numbered],
+        cluster: Cluster,
+        leases: list[dict[str, Any]],
+        reports: dict[str, dict[str, Any]],
+        seen: dict[str, float],
+    ) -> None:
+        """Another store's whole content, into this empty one, in one transaction; the
+        sequence numbers kept (an events follower's cursor stays good)."""
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
+            cur.execute("SELECT (SELECT COUNT(*) FROM facts) + (SELECT COUNT(*) FROM hosts)")
+            if _one(cur):
+                raise StorageUnavailable("the target database already holds a cluster")
+            cur.executemany(
+                "INSERT INTO facts (seq, kind, at, by, data) VALUES (%s, %s, %s, %s, %s)",
+                [(n, f.kind, f.at, f.by, Jsonb(f.data)) for n, f in numbered],
+            )
+            cur.executemany(
+                "INSERT INTO hosts (key, data) VALUES (%s, %s)",
+                [(k, json.dumps(host_to_json(h))) for k, h in cluster.hosts.items()],
+            )
+            cur.executemany(
+                "INSERT INTO jobs (id, data) VALUES (%s, %s)",
+                [(i, json.dumps(job_to_json(j))) for i, j in cluster.jobs.items()],
+            )
+            cur.executemany(
+                "INSERT INTO leases (name, data) VALUES (%s, %s)",
+                [(r["name"], json.dumps(r, sort_keys=True)) for r in leases],
+            )
+            cur.executemany(
+                "INSERT INTO reports (key, data) VALUES (%s, %s)",
+                [(k, json.dumps(r, sort_keys=True)) for k, r in reports.items()],
+            )
+            cur.executemany(
+                "INSERT INTO seen (key, at) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                [(k, at) for k, at in seen.items() if k != MARKER],
+            )
+
+    def listen(self, told: Callable[[int | None], None], poll: float) -> Listener:
+        return Listener(self.conninfo, told, poll)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class Listener:
+    """One LISTEN connection: `told(head)` on each NOTIFY, and `told(None)` every `poll`
+    seconds without one (the poll that alone keeps followers correct) or while the
+    connection is down. Runs in its own thread; `told` must hand over to the caller's loop."""
+
+    def __init__(self, conninfo: str, told: Callable[[int | None], None], poll: float) -> None:
+        self.conninfo = conninfo
+        self.told = told
+        self.poll = poll
+        self.cut = False  # tests: stop listening, keep polling (the fallback alone)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pg-listener", daemon=True)
+        self.connected = threading.Event()
+
+    def start(self) -> Listener:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except (psycopg.Error, OSError) as exc:
+                self.connected.clear()
+                log.warning("fact listener lost its connection (%s); polling", _why(exc))
+                self.told(None)
+                self._stop.wait(self.poll)
+
+    def _listen(self) -> None:
+        with psycopg.connect(
+            self.conninfo, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
+        ) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            self.connected.set()
+            self.told(None)  # whatever was appended while nobody listened
+            last = time.monotonic()
+            while not self._stop.is_set():
+                ready, _, _ = select.select([conn.fileno()], [], [], self.poll)
+                head: int | None = None
+                if ready:
+                    conn.pgconn.consume_input()  # raises once the connection is gone
+                    while (note := conn.pgconn.notifies()) is not None:
+                        if not self.cut:
+                            head = max(head or 0, int(note.extra.decode() or 0))
+                if head is not None or time.monotonic() - last >= self.poll:
+                    last = time.monotonic()
+                    self.told(head)
+
+
+def _one(cur: psycopg.Cursor[Any]) -> int:
+    row = cur.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
