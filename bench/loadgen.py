@@ -105,6 +105,7 @@ class Fleet:
         self.versions: dict[int, int] = {}
         self.watching = False
         self.watch_tasks: list[asyncio.Task[None]] = []
+        self.in_phase = False  # every watch asks for 30 s from its first one
 
     def name(self, i: int) -> str:
         return f"load{i:05d}"
@@ -128,10 +129,15 @@ class Fleet:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return done
 
-    async def start_watches(self, hosts: range, per_second: float = 2000.0) -> None:
+    async def start_watches(
+        self, hosts: range, per_second: float = 2000.0, in_phase: bool = False
+    ) -> None:
         """Open a watch per host, ramped (agents do not all start in the same millisecond),
-        then wait until the controller has caught up with them."""
+        then wait until the controller has caught up with them. `in_phase`: each asks for
+        30 s from its first watch on, as agents that all reconnected in the same second after
+        a controller restart (and asked for a fixed 30 s, as agents did before their jitter)."""
         self.watching = True
+        self.in_phase = in_phase
         for n, i in enumerate(hosts):
             if i not in self.watches:
                 self.watches[i] = Conn(self.host, self.port)
@@ -157,7 +163,7 @@ class Fleet:
     async def _watch(self, i: int) -> None:
         conn = self.watches[i]
         # Agents start at different times, so their 30 s long-polls end at different times.
-        timeout = random.uniform(1, 30)
+        timeout = 30.0 if self.in_phase else random.uniform(1, 30)
         while self.watching:
             since = self.versions.get(i, 0)
             path = f"/v1/hosts/{self.name(i)}/watch?since={since}&timeout={timeout:.3f}"

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import click
 
@@ -128,15 +128,22 @@ def _unsaved(directory: Path) -> str:
     return "" if answer.ok or not answer.message.startswith("state_unwritable") else answer.message
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def timeout_option(default: str) -> Callable[[F], F]:
+    return click.option(
+        "--timeout",
+        type=Duration(),
+        default=default,
+        show_default=True,
+        help="How long to wait (like 2m).",
+    )
+
+
 @main.command()
 @config_option
-@click.option(
-    "--timeout",
-    type=Duration(),
-    default="2m",
-    show_default=True,
-    help="How long to wait (like 2m).",
-)
+@timeout_option("2m")
 @click.argument("name", required=False)
 def stop(config_file: str | None, timeout: float, name: str | None) -> None:
     """Stop NAME, or without NAME every component and then the agent (a restart keeps them)."""
@@ -148,49 +155,24 @@ def stop(config_file: str | None, timeout: float, name: str | None) -> None:
     click.echo(f"xce-agent: {stop_host(_load(config_file), timeout)}")
 
 
-@main.command()
-@config_option
-@click.option(
-    "--timeout",
-    type=Duration(),
-    default="1m",
-    show_default=True,
-    help="How long to wait (like 2m).",
-)
-@click.argument("name")
-def start(config_file: str | None, timeout: float, name: str) -> None:
-    """Start component NAME through the running agent."""
-    _control(config_file, "start", name, timeout)
+def _component_verb(verb: str, doc: str) -> None:
+    """`xce-agent VERB NAME`: one component, through the running agent."""
+
+    def command(config_file: str | None, timeout: float, name: str) -> None:
+        _control(config_file, verb, name, timeout)
+
+    command.__doc__ = doc
+    wrapped = click.argument("name")(command)
+    wrapped = timeout_option("1m")(wrapped)
+    main.command(verb)(config_option(wrapped))
 
 
-@main.command()
-@config_option
-@click.option(
-    "--timeout",
-    type=Duration(),
-    default="1m",
-    show_default=True,
-    help="How long to wait (like 2m).",
-)
-@click.argument("name")
-def restart(config_file: str | None, timeout: float, name: str) -> None:
-    """Restart component NAME (stop gracefully, start again) through the running agent."""
-    _control(config_file, "restart", name, timeout)
-
-
-@main.command()
-@config_option
-@click.option(
-    "--timeout",
-    type=Duration(),
-    default="1m",
-    show_default=True,
-    help="How long to wait (like 2m).",
-)
-@click.argument("name")
-def reset(config_file: str | None, timeout: float, name: str) -> None:
-    """Clear the FATAL state of component NAME and start it again."""
-    _control(config_file, "reset", name, timeout)
+for _verb, _doc in (
+    ("start", "Start component NAME through the running agent."),
+    ("restart", "Restart component NAME (stop gracefully, start again) through the running agent."),
+    ("reset", "Clear the FATAL state of component NAME and start it again."),
+):
+    _component_verb(_verb, _doc)
 
 
 @main.command()

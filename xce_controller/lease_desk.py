@@ -7,7 +7,8 @@ On a shared store (several replicas, docs/ha.md) the book is the store's: each d
 taken under the lease's row lock on the database's clock, and the expiry is stored in the row,
 so every replica sees the same holder, the same token and the same renewals; `monotonic` is
 then the service's shared clock (the database's, advanced locally), and the book held here is
-a copy refreshed on every decision and listing.
+a copy refreshed on every decision and listing. Names are not forgotten there (a replica's copy
+could be stale), so the bound on names is the whole of it.
 Watchers (the metrics) hear of what was stored, of renewals, and of each grant that ran out
 unreleased, once, when a request, a listing or a scrape first finds it expired.
 """
@@ -23,14 +24,18 @@ from typing import Any, Protocol
 from xce_controller.core import leases
 from xce_controller.core.lifecycle import Refused
 from xce_controller.core.model import Fact
-from xce_controller.store.base import SharedStore, Store
+from xce_controller.store.base import SharedStore, StorageUnavailable, Store
 
 log = logging.getLogger(__name__)
 
-# Every lease ever granted stays (its token must never repeat): a row, its facts and its metric
-# series. A cluster needs a few (the provisioner's); any host credential could otherwise create
-# new names without end.
-MAX_LEASES = 256
+# A lease is a row, its facts and its metric series. A cluster needs a few (the
+# provisioner's); any host credential could otherwise create new names without end. So each
+# host may hold (or have held last) a few names, the whole cluster a bounded number, and a
+# name no one held for the retention is forgotten (its token kept in the book's floor, so a
+# name taken again never repeats a token).
+MAX_LEASES = 1024
+MAX_LEASES_PER_HOST = 16
+LEASE_RETENTION = 3600.0  # seconds
 
 
 class LeaseWatcher(Protocol):
@@ -54,7 +59,9 @@ class LeaseDesk:
         if self.shared:  # the stored expiries are on the database's clock, as `monotonic`
             self.book = shared_book(store)
         else:
-            self.book = leases.restored(stored(store).leases.values(), self.started)
+            book = stored(store)
+            floor = max(book.floor, store.lease_floor())
+            self.book = leases.restored(book.leases.values(), self.started, floor)
         self.watchers: list[LeaseWatcher] = []
         self.on_commit: list[Callable[[list[Fact]], None]] = []  # stored facts (events stream)
         self._told: dict[str, int] = {}  # lease -> the token whose expiry watchers heard of
@@ -71,12 +78,9 @@ class LeaseDesk:
                 self.store.commit_leases(facts, rows)
         self.book = book
         if facts:
-            for listener in self.on_commit:
-                listener(facts)
-        for watcher in self.watchers:
-            if facts:
-                watcher.committed(facts)
-            elif isinstance(event, leases.Acquire) and isinstance(answer, leases.Held):
+            self._told_of(facts)
+        elif isinstance(event, leases.Acquire) and isinstance(answer, leases.Held):
+            for watcher in self.watchers:
                 watcher.renewed(answer.lease)
         if isinstance(answer, leases.Busy):
             raise _busy(answer, now)
@@ -87,20 +91,22 @@ class LeaseDesk:
     ) -> tuple[leases.Book, list[Fact], leases.Answer, float]:
         """The decision taken in the store's transaction, under the lease's row lock."""
         out: list[tuple[leases.Lease, list[Fact], leases.Answer, float]] = []
+        floor = self.book.floor
 
         def decide(
             row: dict[str, Any] | None, now: float
         ) -> tuple[list[Fact], dict[str, Any] | None]:
             lease = _from_shared_row(row) if row else leases.Lease(event.name)
-            after, facts, answer = leases.step(leases.Book({event.name: lease}), event, now)
+            one = leases.Book({event.name: lease}, floor)
+            after, facts, answer = leases.step(one, event, now)
             new = after.get(event.name)
             out[:] = [(new, facts, answer, now)]
             if isinstance(answer, leases.Busy) or new.token == 0 or new == lease:
                 return facts, None
             return facts, {**leases.to_row(new), "expires": new.expires}
 
-        cast_store: SharedStore = self.store  # type: ignore[assignment]
-        cast_store.lease_step(event.name, decide)
+        shared: SharedStore = self.store  # type: ignore[assignment]
+        shared.lease_step(event.name, decide)
         new, facts, answer, now = out[0]
         book = self.book.put(new) if new.token else self.book
         self._notice_expiries(now, book)
@@ -110,6 +116,31 @@ class LeaseDesk:
         """On a shared store: the book as the store has it now (other replicas' decisions)."""
         if self.shared:
             self.book = shared_book(self.store)
+
+    def current(self, name: str) -> leases.Lease:
+        """A lease as it now stands (on a shared store, as the store has it)."""
+        self.refresh()
+        return self.book.get(name)
+
+    def _told_of(self, facts: list[Fact]) -> None:
+        for listener in self.on_commit:
+            listener(facts)
+        for watcher in self.watchers:
+            watcher.committed(facts)
+
+    def forget_stale(self) -> None:
+        """Forget the names no one held for LEASE_RETENTION (stored before they go)."""
+        if self.shared:  # another replica may have granted it since this copy was read
+            return
+        stale = [le.name for le in leases.stale(self.book, self.monotonic(), LEASE_RETENTION)]
+        if not stale:
+            return
+        book, facts = leases.forget(self.book, stale, self.wall())
+        self.store.commit_leases(facts, [], forgotten=stale, floor=book.floor)
+        self.book = book
+        for name in stale:
+            self._told.pop(name, None)
+        self._told_of(facts)
 
     def notice_expiries(self) -> None:
         self._notice_expiries(self.monotonic())
@@ -125,15 +156,33 @@ class LeaseDesk:
         self, name: str, host: str, session: str, ttl: float, key: str = ""
     ) -> leases.Lease:
         _check_name(name)
-        if name not in self.book.leases and self.shared:
+        if name not in self.book.leases:
             self.refresh()
-        if name not in self.book.leases and len(self.book.leases) >= MAX_LEASES:
+        if name not in self.book.leases:
+            self._room_for(name, host)
+        return self._step(leases.Acquire(name, host, session, ttl, self.wall(), key))
+
+    def _room_for(self, name: str, host: str) -> None:
+        """A new name: within the host's bound and the controller's, after forgetting the
+        stale ones; Refused otherwise."""
+        self.forget_stale()
+        if self.book.names_of(host) >= MAX_LEASES_PER_HOST:
+            raise Refused(
+                "lease_host_limit",
+                409,
+                f"host {host} holds or last held {MAX_LEASES_PER_HOST} leases, the most a "
+                f"host may; {name} would be a new one (a name no one holds for "
+                f"{LEASE_RETENTION:g}s is forgotten)",
+                limit=MAX_LEASES_PER_HOST,
+            )
+        if len(self.book.leases) >= MAX_LEASES:
             raise Refused(
                 "lease_limit",
                 409,
-                f"the controller keeps at most {MAX_LEASES} leases, and {name} would be a new one",
+                f"the controller keeps at most {MAX_LEASES} leases, and {name} would be a new "
+                f"one (a name no one holds for {LEASE_RETENTION:g}s is forgotten)",
+                limit=MAX_LEASES,
             )
-        return self._step(leases.Acquire(name, host, session, ttl, self.wall(), key))
 
     def release(self, name: str, host: str, session: str, key: str = "") -> leases.Lease:
         _check_name(name)
@@ -157,14 +206,13 @@ class LeaseDesk:
             "last_holder": lease.last_host or lease.host,
         }
 
-    def current(self, name: str) -> leases.Lease:
-        """A lease as it now stands (on a shared store, as the store has it)."""
-        self.refresh()
-        return self.book.get(name)
-
     def listing(self) -> list[dict[str, Any]]:
         self.refresh()
         self.notice_expiries()
+        try:
+            self.forget_stale()
+        except StorageUnavailable as exc:  # shown as they are; the next new name tries again
+            log.warning("stale leases not forgotten: %s", exc.cause)
         return [self.describe(self.book.leases[n]) for n in sorted(self.book.leases)]
 
 
@@ -182,12 +230,15 @@ def stored(store: Store) -> leases.Book:
 
 def shared_book(store: Store) -> leases.Book:
     """The leases of a shared store with their stored expiries (database clock)."""
+    floor = store.lease_floor()
     try:
-        return leases.Book({le.name: le for le in map(_from_shared_row, store.leases())})
+        found = map(_from_shared_row, store.leases())
+        return leases.Book({le.name: le for le in found}, floor)
     except (ValueError, TypeError, KeyError, OverflowError) as exc:
-        # A damaged row: every lease held for one TTL from now, as after a restart.
+        # A damaged row: rebuilt from the facts (expiries unknown: every lease free).
         log.warning("lease rows unreadable (%s: %s)", type(exc).__name__, exc)
-        return leases.replay(store.lease_facts())
+        book = leases.replay(store.lease_facts())
+        return leases.Book(book.leases, max(book.floor, floor))
 
 
 def _from_shared_row(row: dict[str, Any]) -> leases.Lease:

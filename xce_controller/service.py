@@ -19,7 +19,16 @@ from typing import Any, cast
 
 from xce_controller import collector, replicas
 from xce_controller.clock import SharedClock, SteadyClock
-from xce_controller.core import crash, credentials, deadlines, joining, notices, power
+from xce_controller.core import (
+    addressing,
+    crash,
+    credentials,
+    deadlines,
+    joining,
+    notices,
+    power,
+    tokens,
+)
 from xce_controller.core import jobs as jobmodel
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig
@@ -38,7 +47,7 @@ from xce_controller.core.model import (
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
 from xce_controller.store.base import SharedStore, StaleState, StorageUnavailable, Store
-from xce_protocol import names
+from xce_controller.watch_expiry import Expiries
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice
 
@@ -71,11 +80,11 @@ class Controller:
         # (`xce-controller serve` keeps it next to the database for xcecli and later runs).
         self.generated_token = not cfg.admin_token
         if self.generated_token:
-            cfg = replace(cfg, admin_token=secrets.token_urlsafe(24))
+            cfg = tokens.with_token(cfg, "admin", secrets.token_urlsafe(24), generated=True)
         # Joins always need a token too: without a cluster join token, one is made.
         self.generated_join_token = not cfg.join_token
         if self.generated_join_token:
-            cfg = replace(cfg, join_token=secrets.token_urlsafe(24))
+            cfg = tokens.with_token(cfg, "join", secrets.token_urlsafe(24), generated=True)
         self.store = store
         # A stepped wall clock moves no interval; replicas share the database's clock.
         self.clock = clock or (
@@ -83,6 +92,7 @@ class Controller:
         )
         self.cluster, self.seen = store.load()
         problems = lc.template_problems(self.cluster, cfg)
+        problems += tokens.problems(cfg, self.cluster.hosts.values())
         if problems:
             raise ConfigError(problems)
         self.cfg = cfg
@@ -95,6 +105,7 @@ class Controller:
         self.host_version: dict[str, int] = dict.fromkeys(self.cluster.hosts, base)
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self.timers = Timers()
+        self.expiries = Expiries()  # when held watches end (watch_expiry.py)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._armed: float | None = None
@@ -336,6 +347,7 @@ class Controller:
         for handle in (self._handle, self._freezer):
             if handle is not None:
                 handle.cancel()
+        self.expiries.close()
         self._loop = None
         if self.replica is not None:
             self.replica.stop()
@@ -353,15 +365,13 @@ class Controller:
         except ConfigError as exc:
             problems = list(exc.problems)
         else:
+            cfg = self._keep_generated(cfg)
             problems = lc.template_problems(self.cluster, cfg)
+            problems += tokens.problems(cfg, self.cluster.hosts.values())
         if problems:
             for problem in problems:
                 log.error("config not reloaded, keeping the running one: %s", problem)
             return problems
-        if not cfg.admin_token:
-            cfg = replace(cfg, admin_token=self.cfg.admin_token)
-        if not cfg.join_token:
-            cfg = replace(cfg, join_token=self.cfg.join_token)
         self.cfg = cfg
         for key in self.cluster.hosts:
             self._schedule(key)
@@ -372,6 +382,14 @@ class Controller:
             with contextlib.suppress(StorageUnavailable):  # logged; the next change retries
                 self.commit(placed)
         return []
+
+    def _keep_generated(self, cfg: ClusterConfig) -> ClusterConfig:
+        """A reloaded config without an admin or join token keeps the running one."""
+        for role in ("admin", "join"):
+            if not tokens.of(cfg)[role]:
+                made = role in self.cfg.generated_tokens
+                cfg = tokens.with_token(cfg, role, tokens.of(self.cfg)[role], made)
+        return cfg
 
     # --- agents -----------------------------------------------------------------------
     def join(self, req: lc.JoinRequest) -> tuple[Host, str, str]:
@@ -480,14 +498,14 @@ class Controller:
         return host
 
     async def watch(self, host: Host, since: int, timeout: float) -> Host:
-        """Return once the host changed after version `since`, or at the timeout."""
+        """Return once the host changed after version `since`, or when its hold ends (a
+        random share of `timeout`: watch_expiry.py)."""
         if self.host_version.get(host.key, 0) <= since and timeout > 0 and not self._released:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(host.key, []).append(fut)
+            self.expiries.add(fut, self.expiries.hold(timeout))  # watch_expiry.py
             try:
-                await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                pass
+                await fut
             finally:
                 waiters = self._waiters.get(host.key)
                 if waiters and fut in waiters:
@@ -516,9 +534,7 @@ class Controller:
         if wanted.join_token and wanted.mint_join_token:
             raise lc.Refused("conflict", 409, "join_token and mint_join_token: one of them")
         token = credentials.mint() if wanted.mint_join_token else wanted.join_token
-        roles = (self.cfg.admin_token, self.cfg.provisioner_token)
-        if any(credentials.same(token, t) for t in roles):
-            raise lc.Refused("conflict", 409, "a join token must differ from the role tokens")
+        # Its strength, and that it is no role's token: lc.expect (core/tokens.py).
         now = self.clock()
         deadline = now + wanted.deadline_in if wanted.deadline_in else None
         self.commit(
@@ -598,10 +614,8 @@ class Controller:
         return self.cluster.jobs[job_id]
 
     def find_host(self, name: str) -> Host:
-        host = self.cluster.host_by_name(name) if names.is_host_name(name) else None
-        if host is None:
-            raise lc.Refused("not_found", 404, f"no host {name}")
-        return host
+        """The record `name` means: a host name, an instance id or an expected address."""
+        return addressing.resolve(self.cluster, name)
 
     def cancel(self, job_id: int, by: str) -> None:
         self.commit(jobmodel.cancel(self.cluster, self.clock(), by, job_id))

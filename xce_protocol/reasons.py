@@ -71,7 +71,9 @@ class Reason(str, enum.Enum):
     REFUSED_RATE_LIMITED = "refused_rate_limited"
     REFUSED_STORAGE_UNAVAILABLE = "refused_storage_unavailable"
     REFUSED_LEASE_HELD = "refused_lease_held"  # another holder has the lease until it expires
-    REFUSED_LEASE_LIMIT = "refused_lease_limit"  # a new lease, and the controller keeps 256
+    REFUSED_LEASE_LIMIT = "refused_lease_limit"  # a new lease, and the controller keeps its most
+    REFUSED_LEASE_HOST_LIMIT = "refused_lease_host_limit"  # a new lease, and the host has its most
+    REFUSED_AMBIGUOUS = "refused_ambiguous"  # a host reference that fits several records
     REFUSED_STALE_LEASE = "refused_stale_lease"  # a power report under a lease token not current
     REFUSED_OTHER = "refused_other"  # a refusal kind newer than this catalogue
     # --- components on the host (agent) ---------------------------------------------------
@@ -98,6 +100,7 @@ class Reason(str, enum.Enum):
     LEASE_TAKEN_OVER = "lease_taken_over"  # granted to a new holder: the last one's expired
     LEASE_REGRANTED = "lease_regranted"  # granted again to a holder whose own grant expired
     LEASE_RELEASED = "lease_released"  # its holder gave it back
+    LEASE_FORGOTTEN = "lease_forgotten"  # no one held it for the retention: its name is free
     LEASE_EXPIRED = "lease_expired"  # a grant ran out without a renewal or a release
     LEASE_WANTED = "lease_wanted"  # the agent asks for a singleton's lease
     LEASE_REQUEST_FAILED = "lease_request_failed"  # no usable answer to a lease request

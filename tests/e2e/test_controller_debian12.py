@@ -55,9 +55,17 @@ def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+# What checks the development tree's generated files and examples (the reference, man pages
+# and completion generated with the build's click, the example units against the installed
+# commands), not the controller on Debian 12's libraries.
+BUILD_CHECKS = {"tests/unit/test_clidocs.py", "tests/unit/test_examples.py"}
+
+
 def controller_unit_tests() -> list[str]:
     found = []
     for path in sorted((ROOT / "tests/unit").glob("test_*.py")):
+        if str(path.relative_to(ROOT)) in BUILD_CHECKS:
+            continue
         if re.search(r"^(from|import) xce_controller", path.read_text(), re.M):
             found.append(str(path.relative_to(ROOT)))
     return found

@@ -189,7 +189,9 @@ def test_a_name_in_another_case_is_the_same_name(api: Api) -> None:
         assert (r.status_code, r.json()["error"], r.json()["host"]) == (410, "decommissioned", "d3")
     exact = api.join({"host": "d3", "instance_id": "i-other"})
     r = api.join({"host": "D3", "instance_id": "i-other"})
-    assert (r.status_code, r.json()) == (exact.status_code, exact.json()) and r.status_code == 410
+    # Another instance under the gone name: the name rules answer (docs/security.md).
+    assert (r.status_code, r.json()) == (exact.status_code, exact.json()) and r.status_code == 409
+    assert r.json()["error"] == "name_decommissioned"
     r = api.join({"host": "N5", "boot_id": "b2"})
     assert (r.status_code, r.json()["error"]) == (409, "already_joined")
     assert api.host("n5")["refusals"] == 1  # the attempt arrived and is recorded
@@ -267,6 +269,9 @@ def test_bodies_are_bounded_before_they_are_read(api: Api) -> None:
         api.ctl.url + "/v1/hosts/b1/heartbeat", data=chunks(), headers=bearer(cred), timeout=30
     )
     assert r.status_code == 413
+    # The shape of every other error (before: no `code`).
+    assert set(r.json()) == {"error", "code", "message", "protocol"}
+    assert r.json()["code"] == "refused_too_large"
     many = {f"r{i}": i for i in range(33)}
     assert api.join({"host": "b4", "resources": many}).status_code == 422
     assert api.join({"host": "b4", "resources": {"gpu": {"deep": [1]}}}).status_code == 422

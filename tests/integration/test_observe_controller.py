@@ -170,7 +170,7 @@ def test_events_in_order_by_host_and_without_secrets(ctl: EmbeddedController) ->
         ctl,
         "POST",
         "/v1/expected",
-        {"instance_id": "i-9", "template": "default", "join_token": "s3cret"},
+        {"instance_id": "i-9", "template": "default", "join_token": "s3cret-0123456789"},
     )
     story_setup(ctl)
     wait_for(lambda: call(ctl, "GET", "/v1/hosts/gpu1")["state"] == "decommissioned")

@@ -44,6 +44,14 @@ class World:
         self.commit(facts)
         return secret
 
+    def join_with(self, req: lc.JoinRequest) -> str:
+        """Join with a request of the test's own (the cluster token and a new credential)."""
+        secret = credentials.mint()
+        full = replace(req, token=req.token or self.cfg.join_token, issue=credentials.seal(secret))
+        _, facts = joining.join(self.cluster, self.cfg, self.now, full)
+        self.commit(facts)
+        return secret
+
     def refused(self, name: str, iid: str = "", **kw: str) -> lc.Refused:
         with pytest.raises(lc.Refused) as info:
             self.join(name, iid, **kw)
@@ -79,9 +87,9 @@ def test_a_known_host_cannot_be_rejoined_without_a_token() -> None:
 
 def test_a_second_join_from_another_boot_needs_the_host_credential_and_is_recorded() -> None:
     w = World()
-    w.expect("i-1", "n1", token="instance-token")
-    first = w.join("n1", "i-1", token="instance-token")
-    refusal = w.refused("n1", "i-1", token="instance-token", boot="b2")
+    w.expect("i-1", "n1", token="instance-token-0001")
+    first = w.join("n1", "i-1", token="instance-token-0001")
+    refusal = w.refused("n1", "i-1", token="instance-token-0001", boot="b2")
     assert (refusal.kind, refusal.status) == ("already_joined", 409)
     host = w.cluster.hosts["i-1"]
     assert host.refusals == 1 and "boot b2" in host.last_refusal
@@ -112,9 +120,9 @@ def test_another_hosts_credential_is_unknown_here() -> None:
 
 def test_per_instance_token_expires_at_the_join_deadline() -> None:
     w = World()
-    w.expect("i-1", "n1", token="instance-token")
+    w.expect("i-1", "n1", token="instance-token-0001")
     w.now = 100.0
-    assert w.refused("n1", "i-1", token="instance-token").kind == "token_expired"
+    assert w.refused("n1", "i-1", token="instance-token-0001").kind == "token_expired"
     assert w.refused("n1", "i-1").kind == "unauthorized"  # nor the cluster's token
 
 

@@ -112,17 +112,17 @@ def test_after_a_restart_the_token_is_kept_and_counters_start_at_zero(tmp_path: 
 
 
 def test_the_controller_keeps_a_bounded_number_of_leases(tmp_path: Path) -> None:
-    from xce_controller.lease_desk import MAX_LEASES
+    from xce_controller.lease_desk import MAX_LEASES, MAX_LEASES_PER_HOST
 
     clock = Clock()
     desk, _ = desk_with_metrics(tmp_path / "db", clock)
     for i in range(MAX_LEASES):
-        desk.acquire(f"l{i}", "h1", "s1", 10.0)
+        desk.acquire(f"l{i}", f"h{i // MAX_LEASES_PER_HOST}", "s1", 10.0)
     with pytest.raises(Refused) as refused:
-        desk.acquire("one-more", "h1", "s1", 10.0)
+        desk.acquire("one-more", "h-new", "s1", 10.0)
     assert refused.value.status == 409 and refused.value.code.value == "refused_lease_limit"
     assert len(desk.listing()) == MAX_LEASES
     # The leases it keeps still work: renewed, released, and granted again.
-    assert desk.acquire("l0", "h1", "s1", 10.0).token == 1
-    desk.release("l0", "h1", "s1")
+    assert desk.acquire("l0", "h0", "s1", 10.0).token == 1
+    desk.release("l0", "h0", "s1")
     assert desk.acquire("l0", "h2", "s2", 10.0).token == 2

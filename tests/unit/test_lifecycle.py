@@ -181,11 +181,11 @@ def test_second_host_claiming_a_matched_instance_is_refused() -> None:
 
 def test_per_instance_token_is_checked() -> None:
     w = World()
-    w.expect("i-1", token="t0k")
+    w.expect("i-1", token="t0k-0123456789ab")
     with pytest.raises(lc.Refused) as info:
         w.join("node1", "i-1", token="wrong")
     assert info.value.kind == "unauthorized"
-    w.join("node1", "i-1", token="t0k")
+    w.join("node1", "i-1", token="t0k-0123456789ab")
 
 
 def test_decommission_of_an_idle_host_is_immediate_and_rejoin_is_refused() -> None:

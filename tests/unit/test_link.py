@@ -260,3 +260,28 @@ def test_retry_after_is_honoured_but_capped() -> None:
     assert retry_delay(0, 0.5, 30.0, 120.0) == 120.0
     assert retry_delay(0, 0.5, 30.0, 1e9) == lk.RETRY_AFTER_MAX
     assert retry_delay(20, 0.99, 30.0, None) <= 30.0
+
+
+def test_watch_waits_are_jittered_so_agents_that_start_together_drift_apart() -> None:
+    """Before: every watch asked for 30 s, so watches begun together stayed in phase."""
+    client, events = FakeClient(), Events()
+    waits: list[float] = []
+    watch = client.watch
+
+    def recording(since: int, wait: float) -> Answer:
+        waits.append(wait)
+        return watch(since, wait)
+
+    client.watch = recording  # type: ignore[method-assign]
+    draw = [0.0]
+    link = ControllerLink(client, events.post, lambda: {}, lambda: {}, rand=lambda: draw[0])
+    link.start()
+    try:
+        until(lambda: len(waits) >= 2)
+    finally:
+        link.stop()
+    assert waits[0] == pytest.approx(lk.WATCH_WAIT * 0.8)  # what the link drew
+    draw[0] = 1.0
+    assert link.watch_wait() == pytest.approx(lk.WATCH_WAIT * 1.2)
+    draw[0] = 0.5
+    assert link.watch_wait() == pytest.approx(lk.WATCH_WAIT)

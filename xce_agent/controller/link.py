@@ -46,6 +46,10 @@ __all__ = ["RETRY_AFTER_MAX", "Client", "ControllerLink", "clamp", "retry_delay"
 log = logging.getLogger(__name__)
 
 WATCH_WAIT = 30.0
+# Each watch asks for WATCH_WAIT +/- this share, drawn afresh: agents that start together (a
+# controller restart reconnects them all in a second) would otherwise stay in phase, their
+# long-polls ending in the same second every 30 s, for as long as they run.
+WATCH_JITTER = 0.2
 MIN_WATCH_GAP = 0.5  # between the starts of two watch requests, however fast they are answered
 HEARTBEAT_BOUNDS = (1.0, 300.0)
 GRACE_BOUNDS = (5.0, 86400.0)
@@ -195,7 +199,11 @@ class ControllerLink:
         return (event or self.stopped).wait(seconds)
 
     def _bound(self, wait: float) -> float:
-        return wait + WATCH_WAIT + 2 * self.client.config.timeout + SLACK
+        return wait + WATCH_WAIT * (1 + WATCH_JITTER) + 2 * self.client.config.timeout + SLACK
+
+    def watch_wait(self) -> float:
+        """How long the next watch asks the controller to hold it (WATCH_JITTER)."""
+        return WATCH_WAIT * (1 + WATCH_JITTER * (2 * self.rand() - 1))
 
     def _cap(self) -> float:
         # Below the host-loss grace, so a host that was only briefly cut off rejoins in time.
@@ -371,7 +379,7 @@ class ControllerLink:
                 continue
             started = self.clock()
             self._arm(loop)
-            answer = self.client.watch(self.version, WATCH_WAIT)
+            answer = self.client.watch(self.version, self.watch_wait())
             if self._final(answer) or not self._current(loop, generation):
                 return
             self.cycles["watch"] += 1

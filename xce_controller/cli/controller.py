@@ -100,12 +100,14 @@ def serve(
         if not cfg.admin_token:
             path = Path(db)
             step = f"cannot keep the admin token in {token_file(path)}"
-            cfg = replace(cfg, admin_token=stable_admin_token(path))
+            made = (*cfg.generated_tokens, "admin")
+            cfg = replace(cfg, admin_token=stable_admin_token(path), generated_tokens=made)
             click.echo(f"xce-controller: admin token in {token_file(path)}", err=True)
         if not cfg.join_token:  # joins always need one: the cluster's, kept like the admin's
             path = Path(db)
             step = f"cannot keep the join token in {token_file(path, 'join')}"
-            cfg = replace(cfg, join_token=stable_token(path, "join"))
+            made = (*cfg.generated_tokens, "join")
+            cfg = replace(cfg, join_token=stable_token(path, "join"), generated_tokens=made)
             click.echo(f"xce-controller: join token in {token_file(path, 'join')}", err=True)
         step = f"cannot listen on {listen}"
         raise_open_files()  # systemd's 1024 is about a thousand agents' watches

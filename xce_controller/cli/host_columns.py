@@ -25,7 +25,7 @@ def _text(key: str) -> Callable[[Host], str]:
     return lambda h: str(h.get(key) or "-")
 
 
-def _notice(h: Host) -> str:
+def notice(h: Host) -> str:
     """`preemption 08:22:00` (the time the platform acts), or '-'."""
     n = h.get("notice")
     if not n:
@@ -67,7 +67,7 @@ COLUMNS: list[tuple[str, Callable[[Host], str], bool]] = [
     ("JOINED", lambda h: when(h.get("joined_at")), False),
     ("LAST SEEN", lambda h: when(h.get("last_seen")), True),
     ("DEADLINE", _deadline, True),
-    ("NOTICE", _notice, True),
+    ("NOTICE", notice, True),
     ("REASON", lambda h: str(h.get("reason", "")) + code(h), True),
 ]
 

@@ -52,6 +52,7 @@ def _stream(client: ApiClient, params: dict[str, Any]) -> Iterator[dict[str, Any
 
 def _line(e: dict[str, Any]) -> str:
     what = e["kind"] + (f" {e['state']}" if e.get("state") else "")
+    what += f" job {e['job']}" if e.get("job") is not None else ""
     code = e.get("code") or e["data"].get("code")
     why = " ".join(x for x in (e.get("why") or "", f"[{code}]" if code else "") if x)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(parse_time(e["at"]) or 0))

@@ -20,7 +20,7 @@ from urllib3.exceptions import NewConnectionError
 
 from xce_controller import __version__
 from xce_controller.cli.client_errors import ControllerRefused, unreachable
-from xce_controller.cli.host_columns import host_table
+from xce_controller.cli.host_columns import host_table, notice
 from xce_controller.cli.observe import events, printable, why
 from xce_controller.cli.text import code as _code
 from xce_controller.cli.text import size
@@ -172,6 +172,32 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="The API's records 
 def _hosts_out(data: list[dict[str, Any]], output: str, as_json: bool) -> None:
     as_json = as_json or output == "json"
     _out(data, as_json, "" if as_json else _host_rows(data, wide=output == "wide"))
+
+
+def last_report(h: dict[str, Any]) -> str:
+    """The agent's last report, short: its state and each component's, and when."""
+    report = h.get("report")
+    if not report:
+        return "-"
+    parts = [f"{c.get('name', '?')} {c.get('state', '?')}" for c in report.get("components", [])]
+    shown = ", ".join([str(report.get("agent_state", "-")), *parts])
+    return f"{shown[:60]} at {_when(report.get('at'))}"
+
+
+def _return_rows(hosts: list[dict[str, Any]]) -> str:
+    """The to-return list: each instance with the agent's last report (worker stopped)."""
+    rows = [
+        [
+            h["instance_id"] or "-",
+            h["name"] or h["expected_name"] or h["expected_address"] or "-",
+            h["state"],
+            notice(h),
+            last_report(h),
+            h["reason"] + _code(h),
+        ]
+        for h in hosts
+    ]
+    return _table(rows, ["INSTANCE", "HOST", "STATE", "NOTICE", "LAST REPORT", "REASON"])
 
 
 @main.command()
@@ -390,7 +416,7 @@ def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
         click.echo(f"{h['instance_id']}: {h['state']}")
         return
     data = client.call("GET", "/v1/to-return")
-    _out(data, as_json, _host_rows(data))
+    _out(data, as_json, _return_rows(data))
 
 
 @main.command()

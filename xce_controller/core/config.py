@@ -67,6 +67,8 @@ class ClusterConfig:
     max_request_body: int = 64 * 1024  # bytes; larger bodies get 413 before they are read
     on_worker_fatal: str = "close"  # close | replace: what a worker's crash loop does (crash.py)
     request_read_timeout: float = 30.0  # a request not fully read by then: closed (read_deadline)
+    # The roles whose token the controller made (kept beside the database), for messages.
+    generated_tokens: tuple[str, ...] = ()
 
 
 DEFAULT_CONFIG = """\

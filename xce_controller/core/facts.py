@@ -246,7 +246,8 @@ def _job_update(cluster: Cluster, job_id: int, **changes: Any) -> set[str]:
 
 
 def _job_assigned(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
-    return _job_update(cluster, d["id"], state=JobState.ASSIGNED, assigned=d["key"])
+    # A note says why the job waits or came back (its old host lost): placed, it is stale.
+    return _job_update(cluster, d["id"], state=JobState.ASSIGNED, assigned=d["key"], note="")
 
 
 def _job_started(cluster: Cluster, fact: Fact, d: dict[str, Any]) -> set[str]:
@@ -332,4 +333,5 @@ _HANDLERS = {
     "power": _power,
     "lease_granted": _lease,
     "lease_released": _lease,
+    "lease_forgotten": _lease,
 }

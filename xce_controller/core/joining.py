@@ -92,6 +92,12 @@ def join(
     if record is None:
         return _join_new(cluster, cfg, now, req)
     shown = proof(record, cfg, req.token, now)
+    if record.state in TERMINAL and req.instance_id not in ("", record.instance_id):
+        # Another instance under a gone host's name: nothing of the old record is its to
+        # prove. The cluster's token admits it to the name rules, which refuse the name.
+        if proof(None, cfg, req.token, now) is Proof.NONE:
+            raise Refused("unauthorized", 401, "join token missing or wrong")
+        raise _name_decommissioned(record.name or req.name, record)
     who = f"host {req.name} (instance {req.instance_id or '-'})"
     if shown is Proof.NONE:
         raise Refused("unauthorized", 401, f"{who}: join token or host credential missing or wrong")
@@ -161,12 +167,16 @@ def _check_identity(cluster: Cluster, record: Host, req: JoinRequest, now: float
             instance_id=other.instance_id,
         )
     if not same_name(record.expected_name, req.name):
-        raise Refused(
-            "name_decommissioned",
-            409,
-            f"host name {req.name} was decommissioned with instance {other.instance_id or '-'}; "
-            "a new instance may take it only when it is expected under that name",
-        )
+        raise _name_decommissioned(req.name, other)
+
+
+def _name_decommissioned(name: str, gone: Host) -> Refused:
+    return Refused(
+        "name_decommissioned",
+        409,
+        f"host name {name} was decommissioned with instance {gone.instance_id or '-'}; "
+        "a new instance may take it only when it is expected under that name",
+    )
 
 
 def _join_new(
@@ -189,7 +199,9 @@ def _join_new(
 
 def _accepted(now: float, req: JoinRequest, record: Host) -> Fact:
     if record.state in WAITING:
-        return _joined(now, req, record, record.template, True, record.provider, record.instance_id)
+        # The provider the provisioner named, else the one the agent says it runs on.
+        provider = record.provider or req.provider[:253]
+        return _joined(now, req, record, record.template, True, provider, record.instance_id)
     if record.state is HostState.LOST:
         joined = _joined(
             now,

@@ -27,7 +27,8 @@ from xce_protocol.reasons import Reason
 
 GRANTED = "lease_granted"
 RELEASED = "lease_released"
-KINDS = (GRANTED, RELEASED)
+FORGOTTEN = "lease_forgotten"
+KINDS = (GRANTED, RELEASED, FORGOTTEN)
 
 SESSION = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 TTL_MIN = 0.5
@@ -46,6 +47,7 @@ class Lease:
     granted_at: float = 0.0  # wall clock of the latest grant (shown, never compared)
     key: str = ""  # the holder's host record (its facts appear in that host's story)
     last_host: str = ""  # who held it last, kept when it is released (shown)
+    freed: float = 0.0  # monotonic; when a release freed it (see `idle_since`)
 
     @property
     def held(self) -> bool:
@@ -57,16 +59,39 @@ class Lease:
     def holds(self, host: str, session: str) -> bool:
         return self.held and (self.host, self.session) == (host, session)
 
+    def idle_since(self, now: float) -> float | None:
+        """Since when no one holds it (a release, or the expiry of the last grant); None
+        while it is held."""
+        if self.live(now):
+            return None
+        return self.expires if self.held else self.freed
+
 
 @dataclass(frozen=True)
 class Book:
     leases: Mapping[str, Lease]
+    # The highest token of every lease forgotten: a name taken again starts above it, so no
+    # fencing token of a name ever repeats, though its row is gone.
+    floor: int = 0
 
     def get(self, name: str) -> Lease:
         return self.leases.get(name) or Lease(name)
 
     def put(self, lease: Lease) -> Book:
-        return Book({**self.leases, lease.name: lease})
+        return Book({**self.leases, lease.name: lease}, self.floor)
+
+    def forget(self, name: str) -> Book:
+        lease = self.get(name)
+        rest = {n: le for n, le in self.leases.items() if n != name}
+        return Book(rest, max(self.floor, lease.token))
+
+    def first_token(self, lease: Lease) -> int:
+        """The token the next grant of `lease` takes."""
+        return (lease.token or self.floor) + 1
+
+    def names_of(self, host: str) -> int:
+        """How many lease names `host` holds or held last (a host's bound counts them)."""
+        return sum(1 for le in self.leases.values() if (le.host or le.last_host) == host)
 
 
 EMPTY = Book({})
@@ -137,7 +162,7 @@ def _acquire(book: Book, ev: Acquire, now: float) -> tuple[Book, list[Fact], Ans
             "lease": ev.name,
             "host": ev.host,
             "session": ev.session,
-            "token": lease.token + 1,
+            "token": book.first_token(lease),
             "ttl": ev.ttl,
             "code": grant_code(lease, ev).value,
             "previous": lease.host,
@@ -185,9 +210,43 @@ def expired(book: Book, now: float) -> list[Lease]:
     return [le for le in book.leases.values() if le.held and not le.live(now)]
 
 
+def stale(book: Book, now: float, retention: float) -> list[Lease]:
+    """The leases no one has held for `retention` seconds: their names may be forgotten."""
+    found = []
+    for lease in book.leases.values():
+        idle = lease.idle_since(now)
+        if idle is not None and now - idle >= retention:
+            found.append(lease)
+    return found
+
+
+def forget(book: Book, names: Iterable[str], wall: float) -> tuple[Book, list[Fact]]:
+    """Forget stale lease names: one fact each, its token kept in the book's floor."""
+    facts = []
+    for name in names:
+        lease = book.get(name)
+        facts.append(
+            Fact(
+                FORGOTTEN,
+                wall,
+                "controller",
+                {
+                    "lease": name,
+                    "token": lease.token,
+                    "code": Reason.LEASE_FORGOTTEN.value,
+                    "last_host": lease.last_host,
+                },
+            )
+        )
+        book = book.forget(name)
+    return book, facts
+
+
 def apply(book: Book, fact: Fact, now: float) -> Book:
-    """The book after a stored lease fact; `now` starts a grant's TTL."""
+    """The book after a stored lease fact; `now` starts a grant's TTL or frees it."""
     d = fact.data
+    if fact.kind == FORGOTTEN:
+        return _floor(book.forget(str(d["lease"])), d)
     lease = book.get(str(d["lease"]))
     if fact.kind == GRANTED:
         return book.put(
@@ -204,16 +263,26 @@ def apply(book: Book, fact: Fact, now: float) -> Book:
             )
         )
     if fact.kind == RELEASED and lease.holds(str(d["host"]), str(d["session"])):
-        return book.put(replace(lease, host="", session="", expires=0.0, key=""))
+        return book.put(replace(lease, host="", session="", expires=0.0, key="", freed=now))
     return book
 
 
-def restored(leases: Iterable[Lease], started: float) -> Book:
+def _floor(book: Book, d: Mapping[str, Any]) -> Book:
+    return Book(book.leases, max(book.floor, int(d.get("token", 0))))
+
+
+def restored(leases: Iterable[Lease], started: float, floor: int = 0) -> Book:
     """The book after a controller (re)start at monotonic `started`: a lease held when the
     controller went down may be in use for up to its TTL more, by the holder that was
-    renewing it. Nobody else gets it before then."""
+    renewing it. Nobody else gets it before then. A free one counts as freed at the start."""
     return Book(
-        {le.name: replace(le, expires=started + le.ttl if le.held else 0.0) for le in leases}
+        {
+            le.name: replace(le, expires=started + le.ttl, freed=0.0)
+            if le.held
+            else replace(le, expires=0.0, freed=started)
+            for le in leases
+        },
+        floor,
     )
 
 

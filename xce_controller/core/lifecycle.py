@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from xce_controller.core import credentials
+from xce_controller.core import credentials, tokens
 from xce_controller.core.config import ClusterConfig
 from xce_controller.core.model import (
     JOINED,
@@ -110,6 +110,13 @@ def expect(
         raise Refused(
             "duplicate", 409, f"instance {instance_id} is already recorded ({before.state.value})"
         )
+    if token and tokens.weak(token):
+        raise Refused("bad_request", 422, f"a per-instance join token must be {tokens.STRENGTH}")
+    if token and tokens.role_of(token, tokens.of(cfg)):
+        role = tokens.role_of(token, tokens.of(cfg))
+        raise Refused("conflict", 409, f"a join token must differ from the {role} token")
+    if expected_name:
+        _name_free(cluster, expected_name)
     when = deadline if deadline is not None else now + cfg.join_deadline
     return [
         fact(
@@ -126,6 +133,24 @@ def expect(
             code=Reason.INSTANCE_EXPECTED,
         )
     ]
+
+
+def _name_free(cluster: Cluster, name: str) -> None:
+    """A name belongs to one live record: a joined host, or an instance waiting for its
+    join under it. Two would make the join that follows a refusal, and every name-based call
+    ambiguous."""
+    holder = cluster.by_name(name)
+    if holder is None or holder.state in TERMINAL:
+        holder = cluster.waiting_match(name, ())
+    if holder is not None and holder.state not in TERMINAL:
+        raise Refused(
+            "duplicate",
+            409,
+            f"host name {name} is taken by instance {holder.instance_id or '-'} "
+            f"({holder.state.value})",
+            host=holder.name or holder.expected_name,
+            instance_id=holder.instance_id,
+        )
 
 
 def returnable(host: Host) -> bool:
@@ -227,6 +252,10 @@ def control(
                 f"cannot {action.value} host {host.name or host.key}: it is {host.state.value}",
             )
         state = HostState.OPEN if action is AdminAction.OPEN else HostState.CLOSED
+        reason = why or f"{action.done} by {by}"
+        last = host.history[-1] if host.history else None
+        if host.state is state and last is not None and (last.by, last.why) == (by, reason):
+            return []  # asked again: nothing changes, so nothing is recorded
         code = Reason.ADMIN_OPENED if action is AdminAction.OPEN else Reason.ADMIN_CLOSED
         return [
             fact(
@@ -235,7 +264,7 @@ def control(
                 by,
                 key=host.key,
                 state=state.value,
-                why=why or f"{action.done} by {by}",
+                why=reason,
                 code=code,
             )
         ]

@@ -112,10 +112,31 @@ def viewer(
     """The admin or read-only token, as a bearer or the status page's cookie."""
     token = token_of(admin)
     ctl = request.app.state.controller
-    if not sessions.signed_in(ctl, request, f"Bearer {token}" if token else None):
+    role = sessions.viewer_role(ctl, request, f"Bearer {token}" if token else None)
+    if not role and credentials.same(token, ctl.cfg.provisioner_token):
+        raise lc.Refused("forbidden", 403, "the provisioner token cannot read this")
+    if not role:
         raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
-    return "admin" if credentials.same(token, ctl.cfg.admin_token) else "reader"
+    return role
+
+
+def _admin_or_reader(
+    request: Request, creds: Bearer = ADMIN_BEARER, read: Bearer = READ_BEARER
+) -> str:
+    """A read (GET): the admin token or the read-only one, both named in the OpenAPI."""
+    return _admin(request, creds)
+
+
+def _provisioner_or_reader(
+    request: Request,
+    creds: Bearer = PROVISIONER_BEARER,
+    admin: Bearer = ADMIN_BEARER,
+    read: Bearer = READ_BEARER,
+) -> str:
+    return _provisioner(request, creds, admin)
 
 
 ADMIN_ROLE = Depends(_admin)
 PROVISIONER_ROLE = Depends(_provisioner)
+ADMIN_OR_READER = Depends(_admin_or_reader)  # the GETs the read-only token may make
+PROVISIONER_OR_READER = Depends(_provisioner_or_reader)

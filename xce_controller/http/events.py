@@ -19,7 +19,9 @@ from xce_controller.service import Controller
 PAGE = 500  # facts read per query
 MAX_SEQ = 2**63 - 1  # SQLite's largest integer: a larger cursor cannot be compared
 KEEPALIVE = 15.0  # seconds: an idle stream sends a blank line so dead peers are noticed
-_SECRET_HINTS = ("token", "secret", "credential", "password")
+_SECRET_HINTS = ("token", "secret", "credential", "password", "hash")
+# What identifies a boot of a host (a clone's, a thief's): the admin's to see, not a reader's.
+ADMIN_ONLY = ("boot_id",)
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,9 @@ class Event:
     fact: Fact
     key: str  # the host the fact is about ("" for a job not on a host)
 
-    def to_json(self, cluster: Cluster) -> dict[str, Any]:
+    def to_json(self, cluster: Cluster, admin: bool = False) -> dict[str, Any]:
+        """The event as a follower sees it: never a secret or its hash; boot ids only for
+        the admin."""
         d = self.fact.data
         host = cluster.hosts.get(self.key)
         name = (host.name or host.expected_name) if host is not None else ""
@@ -42,11 +46,18 @@ class Event:
             "instance_id": host.instance_id if host is not None else d.get("instance_id", ""),
             "why": d.get("why", ""),
             "code": d.get("code", ""),
-            "data": {k: v for k, v in d.items() if not _secret(k) or self._public(k)},
+            "data": {k: v for k, v in d.items() if self._shown(k, admin)},
         }
         if self.fact.kind == "state":
             body["state"] = d.get("state", "")
+        if self.fact.kind.startswith("job_") and "id" in d:
+            body["job"] = d["id"]  # the job it is about: its facts' rows name it
         return body
+
+    def _shown(self, name: str, admin: bool) -> bool:
+        if name in ADMIN_ONLY:
+            return admin
+        return not _secret(name) or self._public(name)
 
     def _public(self, name: str) -> bool:
         """A lease's fencing token is no secret: it is what the holder shows others."""
@@ -164,7 +175,12 @@ class EventHub:
                 self._waiters.remove(fut)
 
     async def stream(
-        self, since: int, host: str, follow: bool, keepalive: float = KEEPALIVE
+        self,
+        since: int,
+        host: str,
+        follow: bool,
+        keepalive: float = KEEPALIVE,
+        admin: bool = False,
     ) -> AsyncIterator[dict[str, Any] | None]:
         """Event bodies after `since`; with `follow`, then each new one as it is committed,
         and None after `keepalive` seconds of quiet."""
@@ -175,7 +191,7 @@ class EventHub:
             keys = self.host_keys(host) if host else None
             events, last, more = self.read(last, keys, jobs)
             for event in events:
-                yield event.to_json(self.ctl.cluster)
+                yield event.to_json(self.ctl.cluster, admin)
             if more:
                 continue
             if not follow or self.stopping:

@@ -11,6 +11,7 @@ label only of the holder gauge, which has one series per lease.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter
@@ -19,8 +20,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from xce_controller.core import leases
 from xce_controller.core.model import Fact
 from xce_controller.lease_desk import LeaseDesk
+from xce_protocol.reasons import Reason
 
 STATES = ("held", "expired", "free")
+GRANT_CODES = (Reason.LEASE_GRANTED, Reason.LEASE_TAKEN_OVER, Reason.LEASE_REGRANTED)
 
 
 class LeaseCollector:
@@ -111,6 +114,16 @@ class LeaseTally:
                 self.grants.labels(name, str(fact.data.get("code", ""))).inc()
             elif fact.kind == leases.RELEASED:
                 self.releases.labels(name).inc()
+            elif fact.kind == leases.FORGOTTEN:  # its series go with it (names are bounded)
+                self._drop(name)
+
+    def _drop(self, name: str) -> None:
+        series: list[tuple[Counter, tuple[str, ...]]]
+        series = [(self.grants, (name, code.value)) for code in GRANT_CODES]
+        series += [(c, (name,)) for c in (self.releases, self.renewals, self.expiries)]
+        for counter, labels in series:
+            with contextlib.suppress(KeyError):
+                counter.remove(*labels)
 
     def renewed(self, lease: leases.Lease) -> None:
         self.renewals.labels(lease.name).inc()

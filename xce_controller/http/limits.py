@@ -13,6 +13,8 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
+from xce_protocol.reasons import Reason
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -72,6 +74,7 @@ class BodyLimit:
         body = json.dumps(
             {
                 "error": "too_large",
+                "code": Reason.REFUSED_TOO_LARGE.value,  # the shape of every other error
                 "message": f"{what}: the limit is {limit} bytes",
                 "protocol": self.protocol,
             }

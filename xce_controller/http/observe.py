@@ -2,8 +2,9 @@
 
 All read-only. They take the admin token, or the read-only token (`auth.read_token`) that
 a dashboard, a Prometheus scraper or an operator's browser can hold without being able to
-change anything. The browser gives the token once (a form) and keeps a value derived from it
-in a cookie scoped to the page's paths, so the page's event stream needs no header.
+change anything. The browser gives the token once (a form) and keeps a random session id in a
+cookie scoped to the page's paths (ui_sessions.py), so the page's event stream needs no
+header.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from fastapi.responses import Response, StreamingResponse
 
 from xce_controller.http.events import MAX_SEQ, EventHub
 from xce_controller.http.metrics import LatencyMiddleware, Metrics
+from xce_controller.http.schemas import ErrorBody
 from xce_controller.http.sessions import check_viewer
 from xce_controller.http.ui import install_ui
+from xce_controller.http.ui_sessions import Sessions
 from xce_controller.service import Controller
 from xce_protocol.times import times_to_rfc3339
 
@@ -32,6 +35,7 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
     hub = EventHub(ctl)
     app.state.metrics = metrics
     app.state.events = hub
+    app.state.sessions = Sessions()
     app.add_middleware(LatencyMiddleware, metrics=metrics, routes=lambda: app.routes)
 
     @app.get("/metrics", include_in_schema=False)
@@ -42,7 +46,10 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
     @app.get(
         "/v1/events",
         response_class=StreamingResponse,
-        responses={200: {"content": {NDJSON: {}}, "description": "one JSON event per line"}},
+        responses={
+            200: {"content": {NDJSON: {}}, "description": "one JSON event per line"},
+            **{code: {"model": ErrorBody} for code in (401, 413, 422)},
+        },
     )
     async def events(
         request: Request,
@@ -55,13 +62,16 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
     ) -> StreamingResponse:
         """Committed facts as newline-delimited JSON, oldest first; with `follow`, each new
         one as it is committed (an idle stream sends a blank line every 15 s)."""
-        return StreamingResponse(_ndjson(hub, since, host, follow), media_type=NDJSON)
+        admin = by == "admin"  # boot ids are the admin's to see (events.ADMIN_ONLY)
+        return StreamingResponse(_ndjson(hub, since, host, follow, admin), media_type=NDJSON)
 
     install_ui(app, ctl, hub)
 
 
-async def _ndjson(hub: EventHub, since: int, host: str, follow: bool) -> AsyncIterator[bytes]:
-    async for body in hub.stream(since, host, follow):
+async def _ndjson(
+    hub: EventHub, since: int, host: str, follow: bool, admin: bool
+) -> AsyncIterator[bytes]:
+    async for body in hub.stream(since, host, follow, admin=admin):
         if body is None:
             yield b"\n"
             continue

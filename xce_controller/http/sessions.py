@@ -1,43 +1,54 @@
-"""Who may look: the admin or read-only token as a bearer, or the status page's cookie.
+"""Who may look: the admin or read-only token as a bearer, or the status page's session.
 
-The browser gives the token once (a form) and keeps a value derived from it in a cookie
-scoped to the page's paths, so the page's event stream needs no header. Used by the
-read-only endpoints (observe.py), the status page (ui.py) and the API's viewer check (auth.py).
+The browser gives the token once (a form) and keeps a random session id in a cookie scoped
+to the page's paths (ui_sessions.py), so the page's event stream needs no header. Used by
+the read-only endpoints (observe.py), the status page (ui.py) and the API's viewer check
+(auth.py).
 """
 
 from __future__ import annotations
-
-import hashlib
 
 from fastapi import Request
 
 from xce_controller.core import credentials
 from xce_controller.core import lifecycle as lc
+from xce_controller.http.ui_sessions import Sessions
 from xce_controller.service import Controller
 
-COOKIE = "xce_view"
+COOKIE = "xce_session"
 
 
-def viewer_tokens(ctl: Controller) -> list[str]:
-    return [t for t in (ctl.cfg.admin_token, ctl.cfg.read_token) if t]
+def viewer_tokens(ctl: Controller) -> dict[str, str]:
+    """The token of each role that may view: admin and reader."""
+    return {"admin": ctl.cfg.admin_token, "reader": ctl.cfg.read_token}
+
+
+def role_of(ctl: Controller, token: str) -> str:
+    """The viewing role `token` is ("" for none)."""
+    return next((r for r, t in viewer_tokens(ctl).items() if credentials.same(token, t)), "")
 
 
 def allowed(ctl: Controller, token: str) -> bool:
-    return any(credentials.same(token, t) for t in viewer_tokens(ctl))
+    return bool(role_of(ctl, token))
 
 
-def session_value(token: str) -> str:
-    """What the page's cookie holds: derived from the token, so a cookie that leaks is not a
-    bearer token for the API."""
-    return hashlib.sha256(b"xce-status-page\0" + token.encode()).hexdigest()
+def store(request: Request) -> Sessions:
+    """The app's sessions (observe.install makes them)."""
+    found: Sessions = request.app.state.sessions
+    return found
+
+
+def viewer_role(ctl: Controller, request: Request, authorization: str | None) -> str:
+    """The role a request views as: by a bearer token, else by the page's session cookie;
+    "" for none."""
+    if authorization and authorization.lower().startswith("bearer "):
+        return role_of(ctl, authorization[7:].strip())
+    return store(request).role(request.cookies.get(COOKIE, ""), viewer_tokens(ctl))
 
 
 def signed_in(ctl: Controller, request: Request, authorization: str | None) -> bool:
-    """The request carries a viewer's bearer token, or the page's cookie for one."""
-    if authorization and authorization.lower().startswith("bearer "):
-        return allowed(ctl, authorization[7:].strip())
-    cookie = request.cookies.get(COOKIE, "")
-    return any(credentials.same(cookie, session_value(t)) for t in viewer_tokens(ctl))
+    """The request carries a viewer's bearer token, or the page's session for one."""
+    return bool(viewer_role(ctl, request, authorization))
 
 
 def check_viewer(request: Request, authorization: str | None) -> None:

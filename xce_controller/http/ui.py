@@ -21,8 +21,9 @@ from xce_controller.core.model import Host
 from xce_controller.core.story import story
 from xce_controller.http import ui_render as r
 from xce_controller.http.events import MAX_SEQ, EventHub
-from xce_controller.http.sessions import COOKIE, allowed, session_value, signed_in
+from xce_controller.http.sessions import COOKIE, role_of, signed_in, store, viewer_role
 from xce_controller.http.ui_chart import fleet_svg
+from xce_controller.http.ui_sessions import SESSION_TTL, same_origin
 from xce_controller.service import Controller
 
 # The page's own script and style only; nothing inline, nothing from elsewhere.
@@ -35,9 +36,16 @@ MAX_FORM = 4096
 STEPS = 120  # of the fleet's picture, whatever its window
 
 
+# Nothing a page needs, or may show.
+HIDDEN = (
+    *("token_hash", "credential_hash", "next_credential_hash", "worker_hash"),
+    *("past_credentials", "boot_id", "resources"),
+)
+
+
 def view(ctl: Controller, host: Host) -> dict[str, Any]:
     data = host_to_json(host)
-    for secret in ("token_hash", "boot_id", "resources"):
+    for secret in HIDDEN:
         data.pop(secret, None)
     data["jobs_running"] = len(ctl.cluster.jobs_on(host.key))
     return data
@@ -74,20 +82,37 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
 
     @app.post("/ui/login", include_in_schema=False)
     async def login(request: Request) -> Response:
+        if not same_origin(request.headers.get("origin"), request.headers.get("host")):
+            return html(r.login_page("Sign in from this page, not another site's."), 403)
+        wait = store(request).attempt(request.client.host if request.client else "")
+        if wait:
+            page = html(r.login_page("Too many attempts: wait a minute and try again."), 429)
+            page.headers["Retry-After"] = str(max(1, round(wait)))
+            return page
         body = await request.body()
         fields = parse_qs(body[:MAX_FORM].decode("utf-8", "replace"))
         token = (fields.get("token") or [""])[0].strip()
-        if not allowed(ctl, token):
+        role = role_of(ctl, token)
+        if not role:
             return html(r.login_page("That token is not the admin or read-only token."), 401)
         answer = RedirectResponse("/ui", status_code=303)
         answer.set_cookie(
             COOKIE,
-            session_value(token),
+            store(request).open(role, token),
+            max_age=int(SESSION_TTL),
             httponly=True,
             samesite="strict",
             path="/ui",
             secure=request.url.scheme == "https",
         )
+        return answer
+
+    @app.post("/ui/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        # SameSite=strict keeps other sites' posts from carrying the cookie here.
+        store(request).close(request.cookies.get(COOKIE, ""))
+        answer = RedirectResponse("/ui/login", status_code=303)
+        answer.delete_cookie(COOKIE, path="/ui")
         return answer
 
     @app.get("/ui", include_in_schema=False)
@@ -135,8 +160,9 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
             return RedirectResponse("/ui/login", status_code=303)
         try:
             host = ctl.find_host(name)
-        except lc.Refused as exc:
-            return html(r.page("XCE: no such host", f"<p>{escape(exc.message)}</p>", 0), 404)
+        except lc.Refused as exc:  # a page with nothing to follow: it does not poll a 404
+            status = 404 if exc.status == 404 else 409
+            return html(r.still_page("XCE: no such host", f"<p>{escape(exc.message)}</p>"), status)
         events = [e for e in await _host_events(hub, host.key) if e["key"] == host.key]
         data = view(ctl, host)
         main = r.timeline(data, story(data, events, ctl.clock()), events)
@@ -152,11 +178,12 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         authorization: Optional[str] = Header(None),
         last_event_id: Optional[str] = Header(None),
     ) -> Response:
-        if not signed_in(ctl, request, authorization):
+        role = viewer_role(ctl, request, authorization)
+        if not role:
             raise lc.Refused("unauthorized", 401, "sign in at /ui/login")
         since = max(since, _resume_id(last_event_id))
         return StreamingResponse(
-            _sse(hub, since, host), media_type="text/event-stream", headers=HEADERS
+            _sse(hub, since, host, role == "admin"), media_type="text/event-stream", headers=HEADERS
         )
 
 
@@ -172,9 +199,9 @@ async def _host_events(hub: EventHub, name: str) -> list[dict[str, Any]]:
     return [e async for e in hub.stream(0, name, follow=False) if e is not None]
 
 
-async def _sse(hub: EventHub, since: int, host: str) -> AsyncIterator[bytes]:
+async def _sse(hub: EventHub, since: int, host: str, admin: bool) -> AsyncIterator[bytes]:
     yield b"retry: 2000\n\n"
-    async for body in hub.stream(since, host, follow=True):
+    async for body in hub.stream(since, host, follow=True, admin=admin):
         if body is None:
             yield b": keepalive\n\n"
         else:

@@ -80,10 +80,26 @@ def page(title: str, main: str, seq: int, host: str = "") -> str:
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>{escape(title)}</title><link rel=stylesheet href=/ui/app.css></head>"
-        f"<body data-refreshes=0><span id=live class=live>connecting</span>"
+        f"<body data-refreshes=0><span id=live class=live>connecting</span>{SIGN_OUT}"
         f"<h1><a href=/ui>XCE hosts</a>{' / ' + escape(host) if host else ''}</h1>"
         f'<div id=main data-seq="{seq}" data-host="{escape(host)}">{main}</div>'
         "<script src=/ui/app.js></script></body></html>"
+    )
+
+
+SIGN_OUT = (
+    "<form method=post action=/ui/logout class=live id=signout-form>"
+    "<button type=submit id=signout>Sign out</button></form>"
+)
+
+
+def still_page(title: str, main: str) -> str:
+    """A page with nothing to follow (no such host): no events stream, no refreshes."""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<title>{escape(title)}</title><link rel=stylesheet href=/ui/app.css></head>"
+        f"<body>{SIGN_OUT}<h1><a href=/ui>XCE hosts</a></h1><div id=main>{main}</div>"
+        "</body></html>"
     )
 
 
@@ -281,6 +297,7 @@ def timeline(host: dict[str, Any], story: list[str], events: list[dict[str, Any]
     ]
     for e in events:
         what = e["kind"] + (f": {e['state']}" if e.get("state") else "")
+        what += f" (job {e['job']})" if e.get("job") is not None else ""
         code = e.get("code") or e["data"].get("code") or ""
         parts.append(
             f"<tr data-kind='{escape(e['kind'])}'><td>{e['seq']}<td>{_clock(e['at'])}"

@@ -16,6 +16,9 @@ from xce_controller.core.model import Cluster, Fact
 Numbered = tuple[int, Fact]
 
 
+FLOOR_ROW = ""  # the leases row that keeps the token floor: no lease is named ""
+
+
 class StorageUnavailable(Exception):
     """The database refused a write; `cause` is the database's own words (disk full, I/O
     error, connection lost)."""
@@ -63,9 +66,20 @@ class Store(Protocol):
 
     def leases(self) -> list[dict[str, Any]]: ...
 
+    def lease_floor(self) -> int:
+        """The highest token of the leases forgotten (0: none)."""
+
     def lease_facts(self) -> list[Fact]: ...
 
-    def commit_leases(self, facts: Iterable[Fact], rows: Iterable[dict[str, Any]]) -> None: ...
+    def commit_leases(
+        self,
+        facts: Iterable[Fact],
+        rows: Iterable[dict[str, Any]],
+        forgotten: Iterable[str] = (),
+        floor: int = 0,
+    ) -> None:
+        """Append lease facts, write the rows they changed, delete the forgotten ones and
+        keep the token floor, in one transaction."""
 
     def save_seen(self, seen: dict[str, float]) -> None: ...
 

@@ -30,7 +30,13 @@ from psycopg_pool import ConnectionPool
 from xce_controller.core.codec import host_from_json, host_to_json, job_from_json, job_to_json
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
-from xce_controller.store.base import Numbered, SchemaTooNew, StaleState, StorageUnavailable
+from xce_controller.store.base import (
+    FLOOR_ROW,
+    Numbered,
+    SchemaTooNew,
+    StaleState,
+    StorageUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -247,20 +253,34 @@ class PgStore:
 
     # --- leases -------------------------------------------------------------------------
     def leases(self) -> list[dict[str, Any]]:
-        rows = self._rows("SELECT data FROM leases WHERE data <> '{}'")
+        rows = self._rows("SELECT data FROM leases WHERE name <> %s AND data <> '{}'", (FLOOR_ROW,))
         return [json.loads(data) for (data,) in rows]
+
+    def lease_floor(self) -> int:
+        rows = self._rows("SELECT data FROM leases WHERE name = %s", (FLOOR_ROW,))
+        return int(json.loads(rows[0][0])["floor"]) if rows else 0
 
     def lease_facts(self) -> list[Fact]:
         rows = self._rows(
             "SELECT kind, at, by, data FROM facts WHERE kind IN ('lease_granted', "
-            "'lease_released') ORDER BY seq"
+            "'lease_released', 'lease_forgotten') ORDER BY seq"
         )
         return [Fact(k, at, by, d) for k, at, by, d in rows]
 
-    def commit_leases(self, facts: Iterable[Fact], rows: Iterable[dict[str, Any]]) -> None:
+    def commit_leases(
+        self,
+        facts: Iterable[Fact],
+        rows: Iterable[dict[str, Any]],
+        forgotten: Iterable[str] = (),
+        floor: int = 0,
+    ) -> None:
         lease_rows = [(r["name"], json.dumps(r, sort_keys=True)) for r in rows]
+        gone = [(name,) for name in forgotten]
+        if gone:
+            lease_rows.append((FLOOR_ROW, json.dumps({"floor": floor})))
         with self._tx() as cur:
             self._append(cur, list(facts), None)
+            cur.executemany("DELETE FROM leases WHERE name = %s", gone)
             cur.executemany(
                 "INSERT INTO leases (name, data) VALUES (%s, %s) "
                 "ON CONFLICT (name) DO UPDATE SET data = EXCLUDED.data",

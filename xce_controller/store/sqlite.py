@@ -22,7 +22,13 @@ from typing import Any
 from xce_controller.core.codec import host_from_json, host_to_json, job_from_json, job_to_json
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
-from xce_controller.store.base import Numbered, SchemaTooNew, StaleState, StorageUnavailable
+from xce_controller.store.base import (
+    FLOOR_ROW,
+    Numbered,
+    SchemaTooNew,
+    StaleState,
+    StorageUnavailable,
+)
 
 __all__ = ["SCHEMA_VERSION", "StorageUnavailable", "Store"]
 
@@ -151,25 +157,43 @@ class Store:
 
     def leases(self) -> list[dict[str, Any]]:
         """The stored leases (xce_controller/core/leases.py writes and reads their rows)."""
-        return [json.loads(data) for (data,) in self.db.execute("SELECT data FROM leases")]
+        rows = self.db.execute("SELECT data FROM leases WHERE name != ?", (FLOOR_ROW,))
+        return [json.loads(data) for (data,) in rows]
+
+    def lease_floor(self) -> int:
+        """The highest token of the leases forgotten (0: none); a name taken again starts
+        above it."""
+        row = self.db.execute("SELECT data FROM leases WHERE name = ?", (FLOOR_ROW,)).fetchone()
+        return int(json.loads(row[0])["floor"]) if row else 0
 
     def lease_facts(self) -> list[Fact]:
         """The lease facts, oldest first (the leases rebuilt when their rows are unreadable)."""
         rows = self.db.execute(
-            "SELECT kind, at, by, data FROM facts WHERE kind IN (?, ?) ORDER BY seq",
-            ("lease_granted", "lease_released"),
+            "SELECT kind, at, by, data FROM facts WHERE kind IN (?, ?, ?) ORDER BY seq",
+            ("lease_granted", "lease_released", "lease_forgotten"),
         )
         return [Fact(kind, at, by, json.loads(data)) for kind, at, by, data in rows]
 
-    def commit_leases(self, facts: Iterable[Fact], rows: Iterable[dict[str, Any]]) -> None:
-        """Append lease facts and write the lease rows they changed, in one transaction."""
+    def commit_leases(
+        self,
+        facts: Iterable[Fact],
+        rows: Iterable[dict[str, Any]],
+        forgotten: Iterable[str] = (),
+        floor: int = 0,
+    ) -> None:
+        """Append lease facts, write the lease rows they changed and delete the forgotten
+        ones (keeping the token floor), in one transaction."""
         fact_rows = [(f.kind, f.at, f.by, json.dumps(f.data, sort_keys=True)) for f in facts]
         lease_rows = [(r["name"], json.dumps(r, sort_keys=True)) for r in rows]
+        gone = [(name,) for name in forgotten]
+        if gone:
+            lease_rows.append((FLOOR_ROW, json.dumps({"floor": floor})))
         try:
             self.db.execute("BEGIN IMMEDIATE")
             self.db.executemany(
                 "INSERT INTO facts (kind, at, by, data) VALUES (?, ?, ?, ?)", fact_rows
             )
+            self.db.executemany("DELETE FROM leases WHERE name = ?", gone)
             self.db.executemany(
                 "INSERT OR REPLACE INTO leases (name, data) VALUES (?, ?)", lease_rows
             )

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from xce_protocol.reasons import Reason
 from xce_provisioner.drivers.base import DriverError, Power, Request
+from xce_provisioner.drivers.bounded import AnswerTooLarge, BoundedAdapter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -68,6 +69,8 @@ def classify(exc: BaseException) -> DriverError:
         cause = exc.__context__
         if isinstance(cause, requests.exceptions.SSLError):
             return DriverError(Reason.BMC_TLS_FAILED, text)
+        if isinstance(cause, AnswerTooLarge):
+            return DriverError(Reason.BMC_BAD_ANSWER, text)
         if isinstance(cause, requests.exceptions.Timeout):
             return DriverError(Reason.BMC_TIMEOUT, text)
         return DriverError(Reason.BMC_UNREACHABLE, text)
@@ -170,6 +173,7 @@ def _close_quietly(root: Any) -> None:
 def _sushy_root(s: RedfishSettings) -> Any:
     import sushy
     from sushy import auth as sushy_auth
+    from sushy import connector as sushy_connector
 
     user = read_secret(s.username_file) if s.username_file else None
     password = read_secret(s.password_file) if s.password_file else None
@@ -190,15 +194,19 @@ def _sushy_root(s: RedfishSettings) -> Any:
         auth = sushy_auth.BasicAuth(user, password)
     else:
         auth = sushy_auth.SessionOrBasicAuth(user, password)
+    verify = str(s.ca_file) if s.ca_file else True
     try:
-        return sushy.Sushy(
+        conn = sushy_connector.Connector(
             s.url,
-            verify=str(s.ca_file) if s.ca_file else True,
-            auth=auth,
-            read_timeout=s.timeout,
+            verify=verify,
+            default_request_timeout=s.timeout,
             connect_timeout=s.timeout,
             server_side_retries=1,  # one try: sushy's own retries would resend a reset
             server_side_retries_delay=0,
         )
+        adapter = BoundedAdapter(s.timeout)  # each answer: in `timeout`, and capped in size
+        conn._session.mount("https://", adapter)
+        conn._session.mount("http://", adapter)
+        return sushy.Sushy(s.url, verify=verify, auth=auth, connector=conn)
     except Exception as exc:
         raise classify(exc) from None

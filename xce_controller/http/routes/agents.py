@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
+from fastapi.responses import JSONResponse, Response
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.model import TERMINAL
@@ -141,13 +142,16 @@ def install(api: FastAPI, ctl: Controller) -> None:
         instance_id: str = INSTANCE_ID,
         credential: Bearer = HOST_CREDENTIAL,
         worker: Bearer = WORKER_CREDENTIAL,
-    ) -> dict[str, Any]:
+    ) -> Response:
         host = ctl.agent_host(name, instance_id, token_of(credential), peer(request), True)
         host = await ctl.watch(host, since, timeout)
         if host.state in TERMINAL:
             raise lc.decommissioned(host)
         jobs = [job_view(ctl, j) for j in ctl.cluster.watched_jobs(host.key)]
-        return {**agent_answer(ctl, host), "jobs": jobs}
+        # Built from the views the model declares, answered without the model's validation:
+        # a burst of watches ending together (watch_expiry.py) costs each as little as it can.
+        body = {**agent_answer(ctl, host), "credential": None, "incarnation": None}
+        return JSONResponse({**body, "jobs": jobs})
 
     @api.post("/v1/hosts/{name}/jobs/{job_id}/{event}", response_model=JobBody, responses=ERRORS)
     async def job_event(

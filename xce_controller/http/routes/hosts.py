@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from xce_controller.core.model import AdminAction
-from xce_controller.http.auth import ADMIN_ROLE, ERRORS
+from xce_controller.http.auth import ADMIN_OR_READER, ADMIN_ROLE, ERRORS
 from xce_controller.http.schemas import ControlBody, DecommissionBody, HostDetail
 from xce_controller.http.views import host_detail
 from xce_controller.service import Controller
@@ -18,11 +18,11 @@ def install(api: FastAPI, ctl: Controller) -> None:
     hide their routes from the metrics' and errors' route lookup on newer releases)."""
 
     @api.get("/v1/hosts", response_model=list[HostDetail], responses=ERRORS)
-    async def hosts(all: bool = False, by: str = ADMIN_ROLE) -> list[dict[str, Any]]:
+    async def hosts(all: bool = False, by: str = ADMIN_OR_READER) -> list[dict[str, Any]]:
         return [host_detail(ctl, h) for h in ctl.listed_hosts(all)]
 
     @api.get("/v1/hosts/{name}", response_model=HostDetail, responses=ERRORS)
-    async def host(name: str, by: str = ADMIN_ROLE) -> dict[str, Any]:
+    async def host(name: str, by: str = ADMIN_OR_READER) -> dict[str, Any]:
         return host_detail(ctl, ctl.find_host(name))
 
     @api.post("/v1/hosts/{name}/open", response_model=HostDetail, responses=ERRORS)

@@ -6,7 +6,13 @@ from typing import Any
 
 from fastapi import FastAPI, Query, Request
 
-from xce_controller.http.auth import ADMIN_ROLE, ERRORS, HOST_CREDENTIAL, Bearer, token_of
+from xce_controller.http.auth import (
+    ADMIN_OR_READER,
+    ERRORS,
+    HOST_CREDENTIAL,
+    Bearer,
+    token_of,
+)
 from xce_controller.http.routes.agents import peer
 from xce_controller.http.schemas import LeaseAnswer, LeaseBody
 from xce_controller.service import Controller
@@ -42,5 +48,5 @@ def install(api: FastAPI, ctl: Controller) -> None:
         return {"protocol": PROTOCOL, **times_to_rfc3339(ctl.leases.describe(released))}
 
     @api.get("/v1/leases", response_model=list[LeaseAnswer], responses=ERRORS)
-    async def list_leases(by: str = ADMIN_ROLE) -> list[dict[str, Any]]:
+    async def list_leases(by: str = ADMIN_OR_READER) -> list[dict[str, Any]]:
         return [{"protocol": PROTOCOL, **times_to_rfc3339(le)} for le in ctl.leases.listing()]

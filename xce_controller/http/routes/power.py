@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from xce_controller.core import power
 from xce_controller.core.lifecycle import Refused
 from xce_controller.core.model import Host
-from xce_controller.http.auth import ERRORS, PROVISIONER_ROLE
+from xce_controller.http.auth import ERRORS, PROVISIONER_OR_READER, PROVISIONER_ROLE
 from xce_controller.http.pydantic_versions import Strict, json_numbers, text
 from xce_controller.service import Controller
 from xce_protocol import names
@@ -95,7 +95,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
     """Add these routes to the app (on the app itself, as the other resources do)."""
 
     @api.get("/v1/provisioned", response_model=list[ProvisionedRecord], responses=ERRORS)
-    async def provisioned(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
+    async def provisioned(by: str = PROVISIONER_OR_READER) -> list[dict[str, Any]]:
         return [record(ctl, h) for h in ctl.provisioned_hosts()]
 
     @api.post(

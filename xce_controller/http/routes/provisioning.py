@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from xce_controller.http.auth import ERRORS, PROVISIONER_ROLE
+from xce_controller.http.auth import ERRORS, PROVISIONER_OR_READER, PROVISIONER_ROLE
 from xce_controller.http.schemas import ExpectAnswer, ExpectBody, HostDetail
 from xce_controller.http.views import host_detail
 from xce_controller.service import Controller, Expectation
@@ -33,11 +33,11 @@ def install(api: FastAPI, ctl: Controller) -> None:
         return {**host_detail(ctl, host), **({"join_token": minted} if minted else {})}
 
     @api.get("/v1/expected", response_model=list[HostDetail], responses=ERRORS)
-    async def expected(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
+    async def expected(by: str = PROVISIONER_OR_READER) -> list[dict[str, Any]]:
         return [host_detail(ctl, h) for h in ctl.expected_hosts()]
 
     @api.get("/v1/to-return", response_model=list[HostDetail], responses=ERRORS)
-    async def to_return(by: str = PROVISIONER_ROLE) -> list[dict[str, Any]]:
+    async def to_return(by: str = PROVISIONER_OR_READER) -> list[dict[str, Any]]:
         return [host_detail(ctl, h) for h in ctl.to_return()]
 
     @api.post("/v1/to-return/{instance_id}/ack", response_model=HostDetail, responses=ERRORS)

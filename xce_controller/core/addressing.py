@@ -1,0 +1,73 @@
+"""Which record an admin means: by host name, instance id or expected address.
+
+An expected instance recorded without a name has none until it joins, so it must be reached
+by its instance id or its expected address (a leaked per-instance join token is revoked by
+decommissioning the record it belongs to). A reference that fits more than one live record is
+refused with the candidates listed, never guessed.
+"""
+
+from __future__ import annotations
+
+from xce_controller.core.lifecycle import Refused
+from xce_controller.core.model import TERMINAL, Cluster, Host
+from xce_protocol import names
+
+SHOWN = 10  # candidates listed in an ambiguous answer
+
+
+def candidates(cluster: Cluster, ref: str) -> list[Host]:
+    """Every record `ref` may mean, live ones first: by host name first (what admins use),
+    else by instance id, else by expected address."""
+    for found in (_by_name(cluster, ref), _by_instance(cluster, ref), _by_address(cluster, ref)):
+        if found:
+            live = [h for h in found if h.state not in TERMINAL]
+            return live or _latest(found)
+    return []
+
+
+def _by_name(cluster: Cluster, ref: str) -> list[Host]:
+    host = cluster.host_by_name(ref) if names.is_host_name(ref) else None
+    return [host] if host is not None else []
+
+
+def _by_instance(cluster: Cluster, ref: str) -> list[Host]:
+    host = cluster.by_instance(ref) if names.is_instance_id(ref) else None
+    return [host] if host is not None else []
+
+
+def _by_address(cluster: Cluster, ref: str) -> list[Host]:
+    if not ref or len(ref) > 64:
+        return []
+    return [h for h in cluster.hosts.values() if h.expected_address == ref]
+
+
+def _latest(hosts: list[Host]) -> list[Host]:
+    """Of records that all left the cluster, the one that left last (a reused address)."""
+    if len(hosts) <= 1:
+        return hosts
+    return [max(hosts, key=lambda h: h.history[-1].at if h.history else 0.0)]
+
+
+def resolve(cluster: Cluster, ref: str) -> Host:
+    """The one record `ref` means; Refused 404 for none, 409 (with the candidates) for more."""
+    found = candidates(cluster, ref)
+    if not found:
+        raise Refused("not_found", 404, f"no host {ref[:80]}")
+    if len(found) > 1:
+        shown = ", ".join(describe(h) for h in found[:SHOWN])
+        more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        raise Refused(
+            "ambiguous",
+            409,
+            f"{ref[:80]} may mean {len(found)} hosts: {shown}{more}; name one by its instance id",
+            candidates=[
+                {"host": h.name or h.expected_name, "instance_id": h.instance_id, "key": h.key}
+                for h in found[:SHOWN]
+            ],
+        )
+    return found[0]
+
+
+def describe(host: Host) -> str:
+    name = host.name or host.expected_name or "-"
+    return f"{name} (instance {host.instance_id or '-'}, {host.state.value})"
