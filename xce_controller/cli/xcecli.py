@@ -40,8 +40,10 @@ def controller_urls(text: str) -> list[str]:
     urls = [part.strip().rstrip("/") for part in text.split(",")]
     for url in urls:
         try:
-            host = urllib.parse.urlsplit(url).hostname
-        except ValueError:  # an unclosed [ of an IPv6 address
+            parts = urllib.parse.urlsplit(url)
+            host = parts.hostname
+            parts.port  # noqa: B018  # raises for a port out of range or not a number
+        except ValueError:  # an unclosed [ of an IPv6 address, a bad port
             host = None
         if not url.startswith(("http://", "https://")) or not host:
             shown = printable(url)[:200]
