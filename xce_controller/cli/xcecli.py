@@ -74,7 +74,12 @@ class Client:
         except ValueError:
             body = None
         if response.status_code >= 400:
-            message = body.get("message") if isinstance(body, dict) else response.text[:200]
+            message = body.get("message") if isinstance(body, dict) else None
+            if not message:  # not the controller's problem document: a proxy, another service
+                raise ControllerRefused(
+                    f"{response.status_code} {printable(response.reason or '')[:80]} from "
+                    f"{self.url}: not a controller's answer ({printable(response.text)[:200]!r})"
+                )
             line = printable(str(message))[:300]  # one line: control characters escaped
             raise ControllerRefused(f"{response.status_code}: {line}")
         return body
