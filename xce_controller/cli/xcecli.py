@@ -76,9 +76,10 @@ class Client:
         if response.status_code >= 400:
             message = body.get("message") if isinstance(body, dict) else None
             if not message:  # not the controller's problem document: a proxy, another service
+                said = printable(response.text)[:200] or "empty"
                 raise ControllerRefused(
                     f"{response.status_code} {printable(response.reason or '')[:80]} from "
-                    f"{self.url}: not a controller's answer ({printable(response.text)[:200]!r})"
+                    f"{self.url}: not a controller's answer: {said}"
                 )
             line = printable(str(message))[:300]  # one line: control characters escaped
             raise ControllerRefused(f"{response.status_code}: {line}")
