@@ -337,7 +337,11 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         (200, b'{"leases": []}', "answered something that is not a list of leases"),
         (200, b'[{"lease": 5}]', "answered something that is not a list of leases"),
         (200, b"[1, null]", "answered something that is not a list of leases"),
-        (502, b"<html>\n<body>bad gateway</body>\n</html>", r"502: <html>\x0a<body>bad"),
+        (
+            502,
+            b"<html>\n<body>bad gateway</body>\n</html>",
+            r"not a controller's answer: <html>\x0a<body>bad",
+        ),
         (500, b'{"message": "two\\nlines\\u001b[2J"}', r"500: two\x0alines\x1b[2J"),
     ],
 )

@@ -40,8 +40,10 @@ def controller_urls(text: str) -> list[str]:
     urls = [part.strip().rstrip("/") for part in text.split(",")]
     for url in urls:
         try:
-            host = urllib.parse.urlsplit(url).hostname
-        except ValueError:  # an unclosed [ of an IPv6 address
+            parts = urllib.parse.urlsplit(url)
+            host = parts.hostname
+            parts.port  # noqa: B018  # raises for a port out of range or not a number
+        except ValueError:  # an unclosed [ of an IPv6 address, a bad port
             host = None
         if not url.startswith(("http://", "https://")) or not host:
             shown = printable(url)[:200]
@@ -72,7 +74,13 @@ class Client:
         except ValueError:
             body = None
         if response.status_code >= 400:
-            message = body.get("message") if isinstance(body, dict) else response.text[:200]
+            message = body.get("message") if isinstance(body, dict) else None
+            if not message:  # not the controller's problem document: a proxy, another service
+                said = printable(response.text)[:200] or "empty"
+                raise ControllerRefused(
+                    f"{response.status_code} {printable(response.reason or '')[:80]} from "
+                    f"{self.url}: not a controller's answer: {said}"
+                )
             line = printable(str(message))[:300]  # one line: control characters escaped
             raise ControllerRefused(f"{response.status_code}: {line}")
         return body
