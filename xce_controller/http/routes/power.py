@@ -60,7 +60,8 @@ class PowerBody(Strict):
     code: str = text("", max_length=64)
     why: str = text("", max_length=500)
     lease: str = text("", max_length=64)
-    token: int = Field(0, ge=0, le=2**62)
+    # 2**53: exact as a JSON number, so the published maximum is the one enforced.
+    token: int = Field(0, ge=0, le=2**53)
     check_numbers = json_numbers("attempt", "token", integer=True)
 
 
@@ -105,7 +106,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
         instance_id: str, body: PowerBody, by: str = PROVISIONER_ROLE
     ) -> dict[str, Any]:
         if not names.is_instance_id(instance_id):
-            raise Refused("bad_request", 422, f"{instance_id[:80]!r} is not an instance id")
+            raise Refused("not_found", 404, f"no instance {instance_id[:80]!r}")  # names none
         report = power.PowerReport(
             instance_id=instance_id,
             decision=body.decision,
