@@ -105,3 +105,15 @@ class ControllerProcess:
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
+
+
+def backup(source: ControllerProcess, standby: ControllerProcess) -> None:
+    """Copy a serving controller's SQLite store into a standby's (`xce-controller backup`)."""
+    copy = subprocess.run(
+        [sys.executable, "-m", "xce_controller", "backup", "--db", str(source.db), str(standby.db)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert copy.returncode == 0, copy.stderr

@@ -17,7 +17,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import pytest
 import requests
 
 from tests.integration.agents import AgentProcess
-from tests.integration.controller_proc import ControllerProcess
+from tests.integration.controller_proc import ControllerProcess, backup
 from tests.integration.helpers import alive, wait_for
 from tests.integration.test_replica_urls import CLUSTER, free_port, host, joins
 from xce_protocol.times import parse_time
@@ -121,22 +120,7 @@ def test_an_agent_behind_haproxy_carries_on_when_its_replica_dies(
         wait_for(lambda: "checked in as n1" in agent.log(), timeout=30)
         worker = agent.worker_pid()
         assert worker is not None
-        copy = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "xce_controller",
-                "backup",
-                "--db",
-                str(first.db),
-                str(second.db),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert copy.returncode == 0, copy.stderr
+        backup(first, second)
         first.kill()  # the replica behind HAProxy dies; its standby starts from the copy
         wait_for(lambda: "controller contact: unreachable" in agent.log(), timeout=30)
         second.start()

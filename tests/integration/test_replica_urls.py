@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from tests.integration.agents import AgentProcess
-from tests.integration.controller_proc import ControllerProcess
+from tests.integration.controller_proc import ControllerProcess, backup
 from tests.integration.helpers import alive, wait_for
 from xce_controller.store.sqlite import Store
 from xce_protocol.times import parse_time
@@ -129,22 +129,7 @@ def test_the_agent_moves_to_the_next_replica_keeps_its_credential_and_heartbeats
         wait_for(lambda: agent.worker_pid() is not None, timeout=30)
         worker = agent.worker_pid()
         assert worker is not None
-        copy = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "xce_controller",
-                "backup",
-                "--db",
-                str(first.db),
-                str(second.db),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert copy.returncode == 0, copy.stderr
+        backup(first, second)
         second.start()
         incarnation = host(second, "n1")["incarnation"]
         first.kill()  # the replica the agent talks to dies
