@@ -24,7 +24,11 @@ from xce_controller.core.config import load_cluster_config
 from xce_controller.http.server import EmbeddedController
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
-from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
@@ -118,8 +122,13 @@ def until(driver: Any, condition: Any, timeout: float = 20.0) -> None:
     def holds() -> bool:
         try:
             return bool(condition(driver))
-        except StaleElementReferenceException:  # the page refreshed under the lookup
-            return False
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False  # the page refreshed or navigated under the lookup
+        except WebDriverException as e:
+            # Chrome's own word for a node whose page was replaced mid-lookup.
+            if "does not belong to the document" in str(e):
+                return False
+            raise
 
     wait_for(holds, timeout=timeout, step=0.1)
 
