@@ -3,8 +3,9 @@
 Restart versus stop: SIGTERM (what `systemctl stop|restart` and package upgrades send with
 `KillMode=process`) makes the agent exit and leave its components running, to be adopted by
 the next agent; only when the whole system is shutting down does SIGTERM stop them too.
-`xce-agent stop` (SIGUSR2 to the running agent, or the control socket) stops every
-component gracefully and then the agent; SIGHUP reloads the config. Every other signal that
+`xce-agent stop` (the control socket, or SIGUSR2) stops every component gracefully and then
+the agent, a joined one after telling the controller and draining the host (a planned stop,
+controller/planned_stop.py); SIGHUP reloads the config. Every other signal that
 would end the agent is logged and ignored. See docs/operations.md.
 """
 
@@ -25,10 +26,11 @@ from xce_agent.controller.credential import CredentialStore
 from xce_agent.controller.handoff import Handoff, HandoffRunner
 from xce_agent.controller.join_guard import JoinGuard
 from xce_agent.controller.lease_client import HttpLeaseCalls
+from xce_agent.controller.planned_stop import PlannedStop
 from xce_agent.controller.reports import Reports, host_name
 from xce_agent.controller.side import ControllerSide
 from xce_agent.core import membership as ms
-from xce_agent.core import pending_notices
+from xce_agent.core import pending_notices, planned_stop
 from xce_agent.metrics.agent import AgentMetrics
 from xce_agent.notices.relay import NoticeRelay
 from xce_agent.notices.watching import CloudNotices
@@ -136,6 +138,9 @@ class Agent:
             self.post,
         )
         self.operator = Operator(self)
+        self.planned = PlannedStop(
+            self.reactor, self.controller, config.instance.id, self.supervisor.stop_all
+        )
         relay = NoticeRelay(
             self.supervisor.specs, self.supervisor.send_signal, config.state_directory
         )
@@ -284,15 +289,20 @@ class Agent:
         if not answer.ok:  # a reload that happened is logged by the reload itself
             log.error("SIGHUP: %s", answer.message)
 
-    def request_stop(self, reason: str) -> None:
-        self._leaving = "stop"
-        self.notifier.notify("STOPPING=1")
-        self._set_lifecycle(Lifecycle.STOPPING)
-        self.supervisor.stop_all(reason)
+    def request_stop(self, reason: str, drain: float | None = None) -> None:
+        """Stop every component, then the agent; a joined agent drains first (`drain`
+        seconds, None: controller.drain_on_stop; 0: not at all)."""
+        if self._leaving != "stop":
+            self._leaving = "stop"
+            self.notifier.notify("STOPPING=1")
+            self._set_lifecycle(Lifecycle.STOPPING)
+        ctl = self.config.controller
+        seconds = planned_stop.bound(drain, ctl.drain_on_stop if ctl else 0.0)
+        self.planned.begin(self.state.membership, seconds, reason)
 
     def _done(self) -> bool:
         idle = self.supervisor.idle() and not self.singletons.releasing()
-        return self._leaving == "stop" and idle
+        return self._leaving == "stop" and idle and not self.planned.draining()
 
     def _finish(self) -> None:
         self.notices.stop()
@@ -351,6 +361,8 @@ class Agent:
         self.reactor.call_soon_threadsafe(lambda: self.handle(event))
 
     def handle(self, event: ms.Event) -> None:
+        if isinstance(event, ms.NoticeDrained):
+            self.planned.drained(event.event_id)  # a planned stop's drain may be over
         if isinstance(event, ms.ContactOk):  # a heartbeat the controller accepted
             self.metrics.heartbeat_accepted(time.time())
             self._update_metrics()
@@ -440,7 +452,7 @@ class Agent:
         elif isinstance(action, ms.AnnounceShutdown):
             self.controller.announce_shutdown()
         elif isinstance(action, ms.StopForShutdown):
-            self.request_stop("system shutdown")
+            self.request_stop("system shutdown", drain=0.0)  # announced: no drain to wait for
 
     def _log_standing(self, before: ms.MembershipState, after: ms.MembershipState) -> None:
         if after.link_warning != before.link_warning:

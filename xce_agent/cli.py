@@ -144,15 +144,43 @@ def timeout_option(default: str) -> Callable[[F], F]:
 @main.command()
 @config_option
 @timeout_option("2m")
+@click.option(
+    "--drain-timeout",
+    type=Duration(),
+    default=None,
+    help="Without NAME: how long a joined host may drain its jobs before the worker stops "
+    "(default: controller.drain_on_stop).",
+)
+@click.option(
+    "--no-drain",
+    is_flag=True,
+    help="Without NAME: stop at once, without telling the controller (the host is then lost "
+    "after the grace).",
+)
 @click.argument("name", required=False)
-def stop(config_file: str | None, timeout: float, name: str | None) -> None:
-    """Stop NAME, or without NAME every component and then the agent (a restart keeps them)."""
+def stop(
+    config_file: str | None,
+    timeout: float,
+    drain_timeout: float | None,
+    no_drain: bool,
+    name: str | None,
+) -> None:
+    """Stop NAME, or without NAME every component and then the agent (a restart keeps them).
+
+    Without NAME a joined agent first tells the controller (a planned stop): the host is
+    closed, its jobs may finish for up to the drain timeout, then the worker stops. The
+    host is not taken for lost, and reopens when the agent starts again."""
+    if name and (drain_timeout is not None or no_drain):
+        raise UsageError("--drain-timeout and --no-drain stop the whole host: not with NAME")
+    if drain_timeout is not None and no_drain:
+        raise UsageError("either --drain-timeout or --no-drain, not both")
     if name:
         _control(config_file, "stop", name, timeout)
         return
     from xce_agent.operator.stopping import stop_host
 
-    click.echo(f"xce-agent: {stop_host(_load(config_file), timeout)}")
+    drain = 0.0 if no_drain else drain_timeout
+    click.echo(f"xce-agent: {stop_host(_load(config_file), timeout, drain)}")
 
 
 def _component_verb(verb: str, doc: str) -> None:

@@ -2,7 +2,8 @@
 
 A notice says the platform will take the host away (preemption, termination), take it down
 for a while (maintenance), advise moving work off it (rebalance), or that the OS is going down
-(shutdown). The agent derives notices from the provider's metadata; the controller acts on
+(shutdown), or that its agent is stopped on purpose (stop). The agent derives notices from the
+provider's metadata, and the stop from `xce-agent stop`; the controller acts on
 them. Both sides build and check the body here, so they agree on every field.
 """
 
@@ -24,6 +25,7 @@ class NoticeKind(str, enum.Enum):
     MAINTENANCE = "maintenance"  # the platform takes the host down, then gives it back
     REBALANCE = "rebalance"  # advice: capacity is at risk, move new work elsewhere
     SHUTDOWN = "shutdown"  # the operating system is going down now
+    STOP = "stop"  # the agent is stopped on purpose (`xce-agent stop`): a planned stop, 1.3
 
 
 class Impact(str, enum.Enum):

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 # 1.1: host credentials issued at join, sent on every later call. 1.2: times in answers are
-# RFC 3339 in UTC (they were epoch seconds); heartbeats carry the agent's version.
-PROTOCOL = "1.2"
+# RFC 3339 in UTC (they were epoch seconds); heartbeats carry the agent's version. 1.3: the
+# `stop` notice, a planned stop of the agent (docs/protocol.md).
+PROTOCOL = "1.3"
 CREDENTIALS_SINCE = "1.1"  # the oldest controller this agent can work with (docs/upgrades.md)
 MAJOR = PROTOCOL.split(".", maxsplit=1)[0]
 BUSY = frozenset({429, 503})  # the only answers whose Retry-After is honoured

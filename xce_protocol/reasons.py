@@ -44,6 +44,7 @@ class Reason(str, enum.Enum):
     NOTICE_REBALANCE = "notice_rebalance"  # rebalance advice: closed to new work
     NOTICE_LAPSED = "notice_lapsed"  # the advice passed without an interruption: reopened
     NOTICE_SHUTDOWN = "notice_shutdown"  # the host's operating system is going down
+    NOTICE_STOP = "notice_stop"  # the agent is stopped on purpose: closed, drained, not lost
     NOTICE_ENDED = "notice_ended"  # the provider withdrew the notice
     # --- jobs -------------------------------------------------------------------------------
     JOB_REQUEUED_HOST_LOST = "job_requeued_host_lost"

@@ -39,6 +39,9 @@ _HOST = re.compile(names.HOST_NAME)  # what the controller takes as a host name
 __all__ = ["AgentConfig", "ControllerConfig", "InstanceConfig", "load_config", "loopback_url"]
 
 
+MAX_DRAIN_ON_STOP = 86400.0  # a day: a drain bound beyond it is a typo
+
+
 @dataclass(frozen=True)
 class ControllerConfig:
     url: str  # the first of the controller's URLs (controller_urls.py)
@@ -50,6 +53,8 @@ class ControllerConfig:
     other_urls: tuple[str, ...] = ()  # the replicas listed after it, in order
     client_cert_file: Path | None = None  # shown to a controller that asks for one (mTLS)
     client_key_file: Path | None = None
+    # `xce-agent stop` first drains the host for up to this long (0: no drain; planned_stop.py)
+    drain_on_stop: float = 60.0
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -170,6 +175,7 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
             "token_file",
             "timeout",
             "max_retry_delay",
+            "drain_on_stop",
             "plain_http",
         ),
     )
@@ -198,9 +204,12 @@ def _controller(doc: LineDict, c: Checker) -> ControllerConfig | None:
         token = None
     timeout = c.duration(node, "timeout", p, default=10.0, positive=True)
     retry = c.duration(node, "max_retry_delay", p, default=30.0, minimum=1.0)
+    drain = c.duration(node, "drain_on_stop", p, default=60.0, maximum=MAX_DRAIN_ON_STOP)
     if urls is None or timeout is None or retry is None:
         return None
-    return ControllerConfig(urls[0], ca_file, token, token_file, timeout, retry, urls[1:], *client)
+    return ControllerConfig(
+        urls[0], ca_file, token, token_file, timeout, retry, urls[1:], *client, drain_on_stop=drain
+    )
 
 
 def _client_pair(node: LineDict, c: Checker) -> tuple[Path | None, Path | None]:

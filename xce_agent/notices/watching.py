@@ -97,7 +97,7 @@ class CloudNotices:
             notice_kind = NoticeKind(kind)
         except ValueError:
             return None
-        if notice_kind is NoticeKind.SHUTDOWN or watcher.tracker.knows(event_id):
+        if notice_kind in (NoticeKind.SHUTDOWN, NoticeKind.STOP) or watcher.tracker.knows(event_id):
             return None
         self._ended.add(event_id)
         return Notice(notice_kind, self.config.provider, event_id, None, NoticeState.ENDED)

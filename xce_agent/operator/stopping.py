@@ -1,8 +1,9 @@
 """`xce-agent stop`: stop the host's components on purpose, with or without a running agent.
 
-With an agent running, it is asked (SIGUSR2) to stop its components gracefully and exit;
-then the state and the processes are checked, and what the agent left (it may have been
-killed mid-stop) is stopped here. Without one (after `systemctl stop`, which leaves
+With an agent running, it is asked (over the control socket, else SIGUSR2) to stop its
+components gracefully and exit, a joined one after a planned stop's drain (its bound is added
+to the wait); then the state and the processes are checked, and what the agent left (it may
+have been killed mid-stop) is stopped here. Without one (after `systemctl stop`, which leaves
 components running by design), the components recorded in the state are stopped here:
 their stop signal to the process group, their stop timeout, then SIGKILL (the whole cgroup
 when they run in one); the state is updated while holding the state directory. The answer
@@ -20,7 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from xce_agent.config.agent import AgentConfig
+from xce_agent.core import planned_stop
 from xce_agent.errors import StopTimedOut
+from xce_agent.operator.control import SOCKET_NAME, request
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
 from xce_agent.supervision import scopes
 from xce_agent.supervision.cgroups import CgroupTree, cgroup2_mount
@@ -39,15 +42,17 @@ def _wait_gone(pidfd: int, timeout: float) -> bool:
     return bool(ready)
 
 
-def stop_host(config: AgentConfig, timeout: float) -> str:
-    """What happened, as one line; StopTimedOut or StopFailed when not everything stopped."""
+def stop_host(config: AgentConfig, timeout: float, drain: float | None = None) -> str:
+    """What happened, as one line; StopTimedOut or StopFailed when not everything stopped.
+    `drain`: the planned stop's bound (None: controller.drain_on_stop; 0: no drain)."""
     store = StateStore(config.state_directory)
     state = store.read_only()
     if state is None:
         return "nothing to stop: the agent has not run here"
     agent = state.agent
     if agent is not None and single_agent.live_agent(agent):
-        _ask_agent(agent.pid, timeout)
+        configured = config.controller.drain_on_stop if config.controller else 0.0
+        _ask_agent(config, agent.pid, timeout + planned_stop.bound(drain, configured), drain)
         after = store.read_only() or state
         tree = _tree(after, config.state_directory)
         if after.lifecycle is Lifecycle.STOPPED and not _still_running(after, tree):
@@ -57,10 +62,21 @@ def stop_host(config: AgentConfig, timeout: float) -> str:
     return _stop_leftovers(config, store, state)
 
 
-def _ask_agent(pid: int, timeout: float) -> None:
+def _ask_agent(config: AgentConfig, pid: int, timeout: float, drain: float | None) -> None:
     pidfd = os.pidfd_open(pid)
     try:
-        os.kill(pid, signal.SIGUSR2)
+        try:
+            answer = request(
+                config.state_directory / SOCKET_NAME,
+                "stop-all",
+                planned_stop.request_text(drain),
+                5.0,
+            )
+        except OSError:  # no control socket: the signal, which drains as configured
+            os.kill(pid, signal.SIGUSR2)
+        else:
+            if not answer.ok:
+                raise StopFailed(f"the agent refused: {answer.message}")
         if not _wait_gone(pidfd, timeout):
             raise StopTimedOut(f"the agent (pid {pid}) did not stop within {timeout:g}s")
     finally:

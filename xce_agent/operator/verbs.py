@@ -5,17 +5,20 @@ never started again, whoever asks. The Operator asks the Agent only what `AgentS
 the supervisor's and the singletons' public verbs, and `apply_reload` for the Agent's own
 config and state, which the Agent alone writes. `reload` validates the file first and changes
 nothing when it has a problem; otherwise added components are started, removed ones stopped to the
-end, and changed ones restarted (only when what they run changed).
+end, and changed ones restarted (only when what they run changed; one waiting out a backoff is
+started at once). The journal gets the summary and a line per changed component and key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from xce_agent.config.agent import AgentConfig, load_config
+from xce_agent.core import planned_stop
 from xce_agent.core.membership import JOIN_FIRST_ROLES
 from xce_agent.errors import ConfigError
 from xce_agent.operator.control import Answer
@@ -46,7 +49,9 @@ class AgentSide(Protocol):
         """The host is joined (a worker-role component may start)."""
         ...
 
-    def request_stop(self, reason: str) -> None: ...
+    def request_stop(self, reason: str, drain: float | None = None) -> None:
+        """Every component, then the agent; a joined agent drains first (planned_stop.py)."""
+        ...
 
     def prepare_role(self, role: str) -> bool: ...
 
@@ -69,10 +74,16 @@ class ReloadPlan:
     restarted: tuple[ComponentSpec, ...] = ()  # what they run changed
     updated: tuple[ComponentSpec, ...] = ()  # only how they are supervised changed
 
-    def describe(self) -> str:
+    def describe(self, idle: Iterable[str] = ()) -> str:
+        """`idle`: changed components that do not run (stopped, exited, fatal): not restarted."""
         parts = [f"removed {name}" for name in self.removed]
         parts += [f"added {spec.name}" for spec in self.added]
-        parts += [f"restarted {spec.name}" for spec in self.restarted]
+        parts += [
+            f"changed {spec.name} (not running: applies at its next start)"
+            if spec.name in idle
+            else f"restarted {spec.name}"
+            for spec in self.restarted
+        ]
         parts += [f"updated {spec.name}" for spec in self.updated]
         return ", ".join(parts)
 
@@ -95,6 +106,35 @@ def plan_reload(old: Iterable[ComponentSpec], new: Iterable[ComponentSpec]) -> R
     )
 
 
+def changed_keys(old: ComponentSpec, new: ComponentSpec) -> tuple[str, ...]:
+    """The settings of a component that differ between two configs, by their config key
+    (`command`, `restart`, `environment`, ...): what the reload's log line names."""
+    keys = (f.name for f in dataclasses.fields(ComponentSpec) if f.name != "name")
+    return tuple(key for key in keys if getattr(old, key) != getattr(new, key))
+
+
+def reload_lines(
+    plan: ReloadPlan,
+    old: Iterable[ComponentSpec],
+    ignored: Iterable[str],
+    idle: Iterable[str] = (),
+) -> list[str]:
+    """One line per changed component or agent key, for the log (`idle` as in describe)."""
+    idle = set(idle)
+    before = {spec.name: spec for spec in old}
+    lines = [f"reload: {name}: removed, stopping it" for name in plan.removed]
+    lines += [f"reload: {spec.name}: added" for spec in plan.added]
+    for spec in plan.restarted:
+        keys = ", ".join(changed_keys(before[spec.name], spec))
+        done = "applies at its next start" if spec.name in idle else "restarted now"
+        lines.append(f"reload: {spec.name}: {keys} changed: {done}")
+    for spec in plan.updated:
+        keys = ", ".join(changed_keys(before[spec.name], spec))
+        lines.append(f"reload: {spec.name}: {keys} changed: applied, its process kept")
+    lines += [f"reload: {key} changed: restart the agent to apply" for key in ignored]
+    return lines
+
+
 def singletons_changed(old: Iterable[ComponentSpec], new: Iterable[ComponentSpec]) -> list[str]:
     """Components whose singleton settings a reload would change, add or remove: the lease
     holders are fixed for an agent run."""
@@ -115,7 +155,11 @@ class Operator:
             why = self.agent.save_error()
             return Answer(not why, f"{Reason.STATE_UNWRITABLE.value}: {why}" if why else "saved")
         if command == "stop-all":
-            self.agent.request_stop("xce-agent stop")
+            try:
+                drain = planned_stop.parse_request(name)
+            except ValueError as exc:
+                return Answer(False, str(exc))
+            self.agent.request_stop("xce-agent stop", drain)
             return Answer(True, "stopping every component, then the agent")
         sup = self.agent.supervisor
         if name not in sup.specs or name in sup.retiring:
@@ -160,7 +204,10 @@ class Operator:
                 "restart the agent to apply (a new agent run is a new lease holder)",
             )
         sup = agent.supervisor
-        plan = plan_reload(agent.config.components, new.components)
+        old = agent.config.components
+        plan = plan_reload(old, new.components)
+        waiting = (Phase.RUNNING, Phase.STARTING, Phase.STOPPING, Phase.BACKOFF)
+        idle = [s.name for s in plan.restarted if sup.state(s.name).phase not in waiting]
         for name in plan.removed:
             sup.remove(name, "removed from the config")
         for spec in plan.added:
@@ -176,10 +223,12 @@ class Operator:
             if getattr(new, key) != getattr(agent.config, key)
         ]
         agent.apply_reload(new)
-        message = "config reloaded: " + (plan.describe() or "no component changed")
+        message = "config reloaded: " + (plan.describe(idle) or "no component changed")
         if ignored:
             message += f"; {', '.join(ignored)} changed: restart the agent to apply"
         log.info("%s", message)  # whichever way it came (socket, SIGHUP): the journal says what
+        for line in reload_lines(plan, old, ignored, idle):
+            log.info("%s", line)
         return Answer(True, message)
 
     def _start_added(self, spec: ComponentSpec) -> None:

@@ -122,10 +122,11 @@ class Supervisor:
         self._outputs.open(spec.name)
 
     def replace(self, spec: ComponentSpec, reason: str) -> None:
-        """A changed config for a known component: applied now, restarting it if it runs."""
+        """A changed config for a known component: applied now, restarting it if it runs, or
+        at once if it waits out a backoff (the backoff belonged to the old command)."""
         self.specs[spec.name] = spec
         self._runner.forget_env(spec.name)
-        if self._states[spec.name].phase in _BUSY:
+        if self._states[spec.name].phase in (*_BUSY, m.Phase.BACKOFF):
             self.restart(spec.name, reason)
 
     def update(self, spec: ComponentSpec) -> None:

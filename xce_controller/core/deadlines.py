@@ -1,5 +1,6 @@
 """What time alone makes due for a host: the join deadline, the loss grace, the drain timeout,
-and a cloud notice's requeue point or lapse (notices.py).
+and a cloud notice's requeue point or lapse (notices.py). A host whose agent announced a
+planned stop is not lost by its silence.
 
 Pure functions, like the rest of the lifecycle; the live controller's timers (timers.py) and
 the simulator ask `next_due` when to look again and `host_due` what is due then.
@@ -75,7 +76,7 @@ def host_due(
     if host.state not in JOINED:
         return []
     seen = heard_from(host, last_seen, alive_since)
-    if now - seen > cfg.host_loss_grace:
+    if now - seen > cfg.host_loss_grace and not notices.planned_stop(host):
         facts = [
             fact(
                 "job_requeued",
@@ -156,8 +157,11 @@ def next_due(
     if host.state not in JOINED:
         return None
     due = heard_from(host, last_seen, alive_since) + cfg.host_loss_grace + 1e-3
+    if notices.planned_stop(host):
+        due = float("inf")  # its agent is down on purpose: silence is no loss
     drain = drain_deadline(host, cfg, alive_since)
     if drain is not None:
         due = min(due, drain)
     noticed = notices.next_due(host)
-    return due if noticed is None else min(due, noticed)
+    when = due if noticed is None else min(due, noticed)
+    return None if when == float("inf") else when

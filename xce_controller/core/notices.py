@@ -12,6 +12,12 @@ received is recorded as a fact either way.
 * maintenance that pauses (live migration, freeze): recorded and shown; work survives it.
 * rebalance: advice only; the host is closed to new work and reopens by itself after
   `notices.rebalance_reopen` unless a preemption follows.
+* stop (protocol 1.3): the host's agent is stopped on purpose (`xce-agent stop`). The host is
+  closed ("agent stopped (planned)"); its jobs may finish until the notice's deadline (the
+  agent's drain bound), then those still running are requeued; it is drained once it runs
+  nothing. It is never taken for lost while the notice holds (its agent is down on purpose,
+  so no heartbeat comes), and it reopens when its agent runs again (a join, or the heartbeat
+  that renews its credential), whatever the boot.
 
 A host reopens only if the notice closed it: an admin's close is never undone. A notice that
 is over for a host (withdrawn, lapsed, ended by the reboot it announced) is recorded but acts
@@ -38,6 +44,7 @@ _SEVERITY = {
     NoticeKind.TERMINATION.value: 4,
     NoticeKind.PREEMPTION.value: 4,
     NoticeKind.SHUTDOWN.value: 5,
+    NoticeKind.STOP.value: 3,
 }
 _GOING = (NoticeKind.PREEMPTION.value, NoticeKind.TERMINATION.value, NoticeKind.SHUTDOWN.value)
 
@@ -55,6 +62,7 @@ _CODES = {
     NoticeKind.MAINTENANCE.value: Reason.NOTICE_MAINTENANCE,
     NoticeKind.REBALANCE.value: Reason.NOTICE_REBALANCE,
     NoticeKind.SHUTDOWN.value: Reason.NOTICE_SHUTDOWN,
+    NoticeKind.STOP.value: Reason.NOTICE_STOP,
 }
 
 
@@ -68,13 +76,26 @@ def severity(kind: str, impact: str) -> int:
     return _SEVERITY.get(kind, 0) + bonus
 
 
+STOPPED = "agent stopped (planned)"
+
+
+def planned_stop(host: Host) -> bool:
+    """The host's agent is stopped on purpose: no heartbeat is expected, the host is not lost."""
+    return host.notice is not None and host.notice.kind == NoticeKind.STOP.value
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(at))
+
+
 def describe(notice: HostNotice) -> str:
     """`preemption notice (aws), platform acts at 08:22:00Z`: for reasons and listings."""
+    if notice.kind == NoticeKind.STOP.value:
+        drain = f", jobs drain until {_clock(notice.deadline)}" if notice.deadline else ""
+        return STOPPED + drain
     text = f"{notice.kind} notice ({notice.provider or '-'})"
     if notice.deadline is not None:
-        text += ", platform acts at " + time.strftime(
-            "%Y-%m-%d %H:%M:%SZ", time.gmtime(notice.deadline)
-        )
+        text += ", platform acts at " + _clock(notice.deadline)
     return text
 
 
@@ -146,6 +167,8 @@ def _acting(
             act_at = max(now, n.deadline - settings.margin)
         if kind == NoticeKind.SHUTDOWN.value:
             act_at = now
+    if kind == NoticeKind.STOP.value:  # jobs may finish within the agent's drain bound
+        act_at = now if n.deadline is None else max(now, n.deadline)
     same = current is not None and current.event_id == n.event_id
     reopen = current.reopen if current is not None else host.state is HostState.OPEN
     return HostNotice(
@@ -234,11 +257,17 @@ def next_due(host: Host) -> float | None:
 
 
 def after_join(now: float, host: Host, boot_id_before: str) -> list[Fact]:
-    """A host back from a reboot the notice announced: the notice is over."""
+    """A host back from a reboot the notice announced, or whose agent runs again after its
+    planned stop (same boot or not): the notice is over."""
     notice = host.notice
-    if notice is None or not host.boot_id or host.boot_id == boot_id_before:
+    if notice is None:
         return []
-    why = f"rejoined after the {notice.kind} notice (new boot)"
+    if notice.kind == NoticeKind.STOP.value:
+        why = "agent started again after its planned stop"
+    elif not host.boot_id or host.boot_id == boot_id_before:
+        return []
+    else:
+        why = f"rejoined after the {notice.kind} notice (new boot)"
     ended = Reason.NOTICE_ENDED
     facts = [fact("notice", now, host.name, key=host.key, notice=None, code=ended)]
     if notice.reopen and host.state is HostState.CLOSED:
@@ -247,12 +276,13 @@ def after_join(now: float, host: Host, boot_id_before: str) -> list[Fact]:
 
 
 def drained(cluster: Cluster, host: Host) -> bool:
-    """The host acted on its notice and runs nothing: the platform need not wait for it."""
+    """The host acted on its notice and runs nothing: the platform need not wait for it (a
+    planned stop's agent may stop its worker: its jobs finished before the drain's end)."""
     notice = host.notice
     return (
         notice is not None
         and host.state is not HostState.OPEN
-        and (notice.act_at is None or notice.acted)
+        and (notice.act_at is None or notice.acted or notice.kind == NoticeKind.STOP.value)
         and not cluster.jobs_on(host.key)
     )
 

@@ -202,7 +202,7 @@ class HostAnswer(BaseModel):
 class NoticeBody(Lenient):
     protocol: str = Field("1.1", max_length=16, description="the sender's protocol version")
     instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
-    kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown"]
+    kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown", "stop"]
     provider: str = Field("", max_length=64)
     event_id: str = Field("", max_length=200)
     deadline: Optional[Union[float, str]] = Field(
