@@ -3,9 +3,9 @@
 Restart versus stop: SIGTERM (what `systemctl stop|restart` and package upgrades send with
 `KillMode=process`) makes the agent exit and leave its components running, to be adopted by
 the next agent; only when the whole system is shutting down does SIGTERM stop them too.
-`xce-agent stop` (the control socket, or SIGUSR2) stops every component gracefully and then
-the agent, a joined one after telling the controller and draining the host (a planned stop,
-controller/planned_stop.py); SIGHUP reloads the config. Every other signal that
+`xce-agent stop` (the control socket) stops every component gracefully and then the agent, a
+joined one after telling the controller and draining the host (a planned stop,
+controller/planned_stop.py); SIGUSR2 does the same at once, without a drain; SIGHUP reloads the config. Every other signal that
 would end the agent is logged and ignored. See docs/operations.md.
 """
 
@@ -282,7 +282,9 @@ class Agent:
             self.reactor.stop()
 
     def _on_stop_request(self, signum: int) -> None:
-        self.request_stop("xce-agent stop")
+        # SIGUSR2 stops at once, as `xce-agent stop --no-drain`: the CLI's planned stop, which
+        # drains first, comes over the control socket.
+        self.request_stop("SIGUSR2", drain=0.0)
 
     def _on_hup(self, signum: int) -> None:
         answer = self.operator.handle("reload", "")

@@ -221,6 +221,8 @@ class FakeController:
             return "heartbeat"
         if "/watch" in path:
             return "watch"
+        if "/notice" in path:
+            return "notice"
         return "other"
 
     def _refuse(self, exchange: Exchange) -> None:

@@ -1,8 +1,8 @@
 """`xce-agent stop`: stop the host's components on purpose, with or without a running agent.
 
-With an agent running, it is asked (over the control socket, else SIGUSR2) to stop its
-components gracefully and exit, a joined one after a planned stop's drain (its bound is added
-to the wait); then the state and the processes are checked, and what the agent left (it may
+With an agent running, it is asked (over the control socket; SIGUSR2, which does not drain,
+when no socket answers) to stop its components gracefully and exit, a joined one after a
+planned stop's drain (its bound is added to the wait); then the state and the processes are checked, and what the agent left (it may
 have been killed mid-stop) is stopped here. Without one (after `systemctl stop`, which leaves
 components running by design), the components recorded in the state are stopped here:
 their stop signal to the process group, their stop timeout, then SIGKILL (the whole cgroup
@@ -72,7 +72,7 @@ def _ask_agent(config: AgentConfig, pid: int, timeout: float, drain: float | Non
                 planned_stop.request_text(drain),
                 5.0,
             )
-        except OSError:  # no control socket: the signal, which drains as configured
+        except OSError:  # no control socket: the signal, which stops without a drain
             os.kill(pid, signal.SIGUSR2)
         else:
             if not answer.ok:
