@@ -5,8 +5,9 @@ Restart versus stop: SIGTERM (what `systemctl stop|restart` and package upgrades
 the next agent; only when the whole system is shutting down does SIGTERM stop them too.
 `xce-agent stop` (the control socket) stops every component gracefully and then the agent, a
 joined one after telling the controller and draining the host (a planned stop,
-controller/planned_stop.py); SIGUSR2 does the same at once, without a drain; SIGHUP reloads the config. Every other signal that
-would end the agent is logged and ignored. See docs/operations.md.
+controller/planned_stop.py); SIGUSR2 does the same at once, without a drain; SIGHUP reloads
+the config. Every other signal that would end the agent is logged and ignored. See
+docs/operations.md.
 """
 
 from __future__ import annotations

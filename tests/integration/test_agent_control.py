@@ -271,3 +271,19 @@ def test_hostile_control_clients_do_not_end_the_agent(host: HostAgent) -> None:
     done = host.cli("restart", "a")
     assert done.returncode == 0, done
     assert host.proc.poll() is None
+
+
+def test_reload_starts_a_changed_component_at_once_instead_of_after_its_backoff(
+    host: HostAgent,
+) -> None:
+    slow = "restart: {initial_delay: 10m, delay: 10m, max_delay: 10m}"
+    host.write({"c": (CRASHER, slow)})
+    host.start()
+    wait_for(lambda: host.component("c").get("phase") == "backoff", timeout=20)
+    fixed = host.tmp / "fixed.py"
+    fixed.write_text(SLEEPER)
+    host.config.write_text(host.config.read_text().replace(str(host.tmp / "c.py"), str(fixed)))
+    done = host.cli("reload")
+    assert done.returncode == 0 and "restarted c" in done.stdout, done
+    wait_for(lambda: host.running_pid("c"), timeout=10)  # not after the 10 minutes' backoff
+    assert "reload: c: command changed: restarted now" in host.log()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.agents import SAMPLE_WORKER, AgentProcess
+from tests.integration.agents import AgentProcess
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.fake_controller import HOST, INSTANCE, Exchange, FakeController
 from tests.integration.helpers import wait_for
@@ -173,7 +173,7 @@ def test_the_drain_is_bounded_when_the_controller_never_answers(tmp_path: Path) 
         server.set_phase("hostile")  # the notice only: heartbeats and watches are answered
         started = time.monotonic()
         stop = cli(agent, "stop")
-        out, err = stop.communicate(timeout=60)
+        _, err = stop.communicate(timeout=60)
         took = time.monotonic() - started
         assert stop.returncode == 0, err
         assert server.count("hostile", "notice") == 1  # the notice arrived, once

@@ -60,3 +60,25 @@ def test_the_control_socket_works_under_a_deep_directory(tmp_path: Path) -> None
     server.close()
     reactor.close()
     assert answers == [Answer(True, "stop w")]
+
+
+def test_each_changed_component_and_key_has_its_own_line() -> None:
+    from xce_agent.operator.verbs import reload_lines
+
+    old = [spec("gone"), spec("cmd"), spec("policy"), spec("fatal")]
+    new = [
+        spec("cmd", "/bin/sleep", "61"),
+        replace(spec("policy"), stop_timeout=3.0, restart=RestartSpec(delay=2.0)),
+        replace(spec("fatal"), environment={"A": "1"}),
+        spec("new"),
+    ]
+    plan = plan_reload(old, new)
+    assert reload_lines(plan, old, ["controller"], idle=["fatal"]) == [
+        "reload: gone: removed, stopping it",
+        "reload: new: added",
+        "reload: cmd: command changed: restarted now",
+        "reload: fatal: environment changed: applies at its next start",
+        "reload: policy: stop_timeout, restart changed: applied, its process kept",
+        "reload: controller changed: restart the agent to apply",
+    ]
+    assert "changed fatal (not running: applies at its next start)" in plan.describe({"fatal"})

@@ -12,7 +12,7 @@ import yaml
 
 from xce_agent.config.agent import load_config
 from xce_agent.operator.userdata import UserData, render
-from xce_protocol.protocol import Identity, Outcome, classify, template_of
+from xce_protocol.protocol import PROTOCOL, Identity, Outcome, classify, template_of
 
 ME = Identity("node1", "i-1")
 REFUSAL = {
@@ -103,7 +103,7 @@ def test_what_the_controller_says_reaches_logs_and_status_without_control_charac
 
 def test_newer_major_version_is_reported_clearly() -> None:
     answer = classify(200, {"host": "node1", "state": "open", "protocol": "2.1"}, ME)
-    assert answer.detail == "controller speaks protocol 2.1, this agent 1.2"
+    assert answer.detail == f"controller speaks protocol 2.1, this agent {PROTOCOL}"
 
 
 def test_rendered_user_data_writes_a_config_the_agent_accepts(tmp_path: Path) -> None:

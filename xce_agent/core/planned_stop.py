@@ -67,10 +67,12 @@ def parse_request(text: str) -> float | None:
         return None
     if text == "no-drain":
         return 0.0
-    if text.startswith("drain="):
-        seconds = float(text[len("drain=") :])
-        if math.isfinite(seconds) and seconds >= 0:
-            return seconds
+    try:
+        seconds = float(text[len("drain=") :]) if text.startswith("drain=") else math.nan
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and seconds >= 0:
+        return seconds
     raise ValueError(f"not a drain: {text!r} (expected no-drain or drain=SECONDS)")
 
 

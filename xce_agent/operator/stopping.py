@@ -2,12 +2,13 @@
 
 With an agent running, it is asked (over the control socket; SIGUSR2, which does not drain,
 when no socket answers) to stop its components gracefully and exit, a joined one after a
-planned stop's drain (its bound is added to the wait); then the state and the processes are checked, and what the agent left (it may
-have been killed mid-stop) is stopped here. Without one (after `systemctl stop`, which leaves
-components running by design), the components recorded in the state are stopped here:
-their stop signal to the process group, their stop timeout, then SIGKILL (the whole cgroup
-when they run in one); the state is updated while holding the state directory. The answer
-says what happened; a failure is an error, never "stopped".
+planned stop's drain (its bound is added to the wait); then the state and the processes are
+checked, and what the agent left (it may have been killed mid-stop) is stopped here. Without
+one (after `systemctl stop`, which leaves components running by design), the components
+recorded in the state are stopped here: their stop signal to the process group, their stop
+timeout, then SIGKILL (the whole cgroup when they run in one); the state is updated while
+holding the state directory. The answer says what happened; a failure is an error, never
+"stopped".
 """
 
 from __future__ import annotations
