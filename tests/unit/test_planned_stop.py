@@ -111,7 +111,9 @@ def test_a_planned_stop_closes_the_host_and_its_silence_is_no_loss() -> None:
     assert host.state is HostState.CLOSED and host.reason.startswith(notices.STOPPED)
     assert notices.drained(w.cluster, host)  # no job: the agent may stop its worker now
     later = 10 * w.cfg.host_loss_grace  # no heartbeat for ten graces
-    assert deadlines.host_due(w.cluster, w.cfg, later, w.cluster.hosts[a], last_seen=0.0) == []
+    due = deadlines.host_due(w.cluster, w.cfg, later, w.cluster.hosts[a], last_seen=0.0)
+    assert [f.kind for f in due] == ["notice"]  # its drain's end (no job left), no loss
+    w.commit(due)
     assert w.state(a) is HostState.CLOSED
     assert lc.to_return(w.cluster) == []
     assert deadlines.next_due(w.cluster.hosts[a], w.cfg, 0.0) is None
