@@ -172,3 +172,14 @@ def test_a_stronger_notice_is_not_replaced_by_the_stop() -> None:
     stopped(w, a)
     notice = w.cluster.hosts[a].notice
     assert notice is not None and notice.kind == NoticeKind.PREEMPTION.value
+
+
+def test_xcecli_why_tells_a_planned_stop_as_such() -> None:
+    from tests.unit.test_story import HOST, ev
+    from xce_controller.core.story import story
+
+    notice = {"kind": "stop", "provider": "agent", "deadline": 160.0, "acted": False}
+    events = [ev(1, 100, "notice", "n1", key="i-1", notice=notice, code="notice_stop")]
+    text = "\n".join(story(HOST, events, now=200))
+    assert "planned stop of the agent, its jobs drain for 1m00s [notice_stop]" in text
+    assert "cloud notice" not in text

@@ -180,6 +180,10 @@ def _notice(t: _Teller, e: Event) -> None:
         else ""
     )
     acted = " (acted on: its jobs requeued)" if notice.get("acted") else ""
+    if notice.get("kind") == "stop":  # not the cloud's: the agent was stopped on purpose
+        drain = f", its jobs drain for {duration(when - e['at'])}" if lead else ""
+        t.say(e["at"], f"planned stop of the agent{drain}{acted}{code}")
+        return
     provider = f" from {notice['provider']}" if notice.get("provider") else ""
     t.say(e["at"], f"cloud notice: {notice.get('kind', 'notice')}{provider}{lead}{acted}{code}")
 
