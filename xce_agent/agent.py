@@ -29,7 +29,7 @@ from xce_agent.controller.join_guard import JoinGuard
 from xce_agent.controller.lease_client import HttpLeaseCalls
 from xce_agent.controller.planned_stop import PlannedStop
 from xce_agent.controller.reports import Reports, host_name
-from xce_agent.controller.side import ControllerSide
+from xce_agent.controller.side import LAST_REPORT_TIMEOUT, ControllerSide
 from xce_agent.core import membership as ms
 from xce_agent.core import pending_notices, planned_stop
 from xce_agent.metrics.agent import AgentMetrics
@@ -309,6 +309,9 @@ class Agent:
 
     def _finish(self) -> None:
         self.notices.stop()
+        if self._leaving == "stop" and self.planned.told and self._resumed:
+            self._set_lifecycle(Lifecycle.STOPPED)  # what the last report says
+            self.controller.last_report(LAST_REPORT_TIMEOUT)
         self.controller.stop()
         self.notifier.notify("STOPPING=1")
         lifecycle = Lifecycle.STOPPED if self._leaving == "stop" else Lifecycle.DETACHED

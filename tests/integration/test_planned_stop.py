@@ -115,6 +115,8 @@ def test_planned_stop_drains_the_jobs_then_stops_the_worker_and_the_host_is_not_
     assert stopped["phase"] == "stopped"
     assert stopped["since"] >= job["finished_at"]  # the worker stopped after its job ended
     assert "the controller says the host's jobs are done" in world.agent.log()
+    report = world.host()["report"]  # the last report: the worker is down, the agent stopped
+    assert report["agent_state"] == "stopped" and report["components"][0]["state"] == "stopped"
     past(GRACE + 2)  # the host-loss grace passes with no heartbeat
     host = world.host()
     assert host["state"] == "closed" and host["notice"]["kind"] == "stop", host

@@ -43,6 +43,7 @@ class PlannedStop:
         self._timer: TimerHandle | None = None
         self._reason = ""
         self._draining = False
+        self.told = False  # the controller took the stop notice: it waits for a last report
 
     def draining(self) -> bool:
         """The components wait for the drain: the agent must not end yet."""
@@ -88,6 +89,7 @@ class PlannedStop:
 
     def _answered(self, answer: Answer) -> None:
         said = ps.verdict(answer.outcome, answer.body, self.event_id)
+        self.told = said is not ps.Verdict.STOP_NOW
         if said is ps.Verdict.DRAINED:
             self._end("the controller says the host runs no job")
         elif said is ps.Verdict.STOP_NOW:

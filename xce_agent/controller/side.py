@@ -7,6 +7,7 @@ calls use a client of their own (so a singleton's renewal never queues behind a 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from xce_agent.controller.link import ControllerLink
     from xce_agent.controller.notice_sender import NoticeSender
 
+log = logging.getLogger(__name__)
+
+LAST_REPORT_TIMEOUT = 2.0  # a planned stop's last heartbeat: it delays the agent's exit
 SHUTDOWN_CALL_TIMEOUT = 4.0  # the shutdown notice and the final report: well inside the
 # unit's stop timeout, and short enough that the components still get theirs
 
@@ -96,6 +100,16 @@ class ControllerSide:
         notice = Notice(NoticeKind.SHUTDOWN, "os", f"shutdown-{boot_id()}", None)
         payload: dict[str, Any] = notice_payload(notice, self._instance_id)
         self.open_link().announce_shutdown(payload, SHUTDOWN_CALL_TIMEOUT)
+
+    def last_report(self, timeout: float) -> None:
+        """One heartbeat now, bounded by `timeout`: after a planned stop, the controller sees
+        the worker stopped and the agent stopped (the link is stopped right after)."""
+        if self.link is None:
+            return
+        try:
+            self.link.client.heartbeat(self._reports.heartbeat(), timeout)
+        except Exception:  # the stop goes on: the report is a courtesy
+            log.exception("last report to the controller failed")
 
     def check_threads(self) -> None:
         if self.link is not None:
