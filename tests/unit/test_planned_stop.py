@@ -183,3 +183,20 @@ def test_xcecli_why_tells_a_planned_stop_as_such() -> None:
     text = "\n".join(story(HOST, events, now=200))
     assert "planned stop of the agent, its jobs drain for 1m00s [notice_stop]" in text
     assert "cloud notice" not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["stop", "worker", "--no-drain"], "not with NAME"),
+        (["stop", "worker", "--drain-timeout", "5s"], "not with NAME"),
+        (["stop", "--drain-timeout", "5s", "--no-drain"], "not both"),
+    ],
+)
+def test_the_drain_options_are_for_the_whole_host(args: list[str], said: str) -> None:
+    from click.testing import CliRunner
+
+    from xce_agent.cli import main
+
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and said in result.output, result.output
