@@ -202,7 +202,13 @@ class HostAnswer(BaseModel):
 class NoticeBody(Lenient):
     protocol: str = Field("1.1", max_length=16, description="the sender's protocol version")
     instance_id: str = text("", max_length=names.INSTANCE_ID_MAX, pattern=names.INSTANCE_ID_OR_NONE)
-    kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown", "stop"]
+    kind: Literal["preemption", "termination", "maintenance", "rebalance", "shutdown", "stop"] = (
+        Field(
+            description="stop (protocol 1.3): the agent is stopped on purpose (a planned stop): "
+            "the host is closed, its jobs may run until deadline, it is not lost while the "
+            "notice holds and reopens when its agent runs again"
+        )
+    )
     provider: str = Field("", max_length=64)
     event_id: str = Field("", max_length=200)
     deadline: Optional[Union[float, str]] = Field(
