@@ -396,6 +396,7 @@ class Agent:
             self._save()
         if after.decommissioned:
             self.singletons.bar(f"host decommissioned ({after.detail})")
+            self.planned.end("the host was decommissioned")  # nothing left to drain for
         if after.standing is ms.Standing.CONNECTED:
             self.join_guard.accepted()  # accepted once: the join deadline no longer applies
         if isinstance(event, ms.ConfirmedActive) and actions:

@@ -158,6 +158,19 @@ def test_no_drain_stops_at_once_without_telling_the_controller(world: World) -> 
     wait_for(lambda: world.host()["state"] == "lost", timeout=GRACE + 10)  # the old behaviour
 
 
+def test_a_second_stop_without_a_drain_ends_the_drain_at_once(world: World) -> None:
+    world.api("POST", "/v1/jobs", json={"command": ["sleep", "600"], "host": "node1"})
+    wait_for(lambda: world.jobs()[0]["state"] == "running", timeout=20)
+    draining = world.stop("--drain-timeout", "10m")
+    wait_for(lambda: "waiting for its jobs" in world.agent.log(), timeout=20)
+    started = time.monotonic()
+    assert finished(world.stop("--no-drain")) == 0
+    assert finished(draining) == 0
+    assert time.monotonic() - started < 15  # not the 10 minutes
+    assert "planned stop: asked again, without a drain" in world.agent.log()
+    assert world.agent.worker()["phase"] == "stopped"
+
+
 def _never_answer(exchange: Exchange) -> None:
     time.sleep(60)  # holds the connection: the agent's notice gets no answer
 

@@ -54,7 +54,7 @@ class PlannedStop:
         request during a drain ends it at once only when it asks for no drain."""
         if self._draining:
             if seconds <= 0:
-                self._end("asked again, without a drain")
+                self.end("asked again, without a drain")
             return
         why = ps.why_not_drain(member, seconds)
         if why:
@@ -66,7 +66,7 @@ class PlannedStop:
         notice = Notice(NoticeKind.STOP, "agent", self.event_id, self._wall() + seconds)
         log.info("planned stop: telling the controller, then draining for up to %gs", seconds)
         self._timer = self._reactor.call_later(
-            seconds, lambda: self._end(f"the drain's bound of {seconds:g}s passed")
+            seconds, lambda: self.end(f"the drain's bound of {seconds:g}s passed")
         )
         self._send(notice, seconds)
 
@@ -91,18 +91,19 @@ class PlannedStop:
         said = ps.verdict(answer.outcome, answer.body, self.event_id)
         self.told = said is not ps.Verdict.STOP_NOW
         if said is ps.Verdict.DRAINED:
-            self._end("the controller says the host runs no job")
+            self.end("the controller says the host runs no job")
         elif said is ps.Verdict.STOP_NOW:
-            self._end(f"the controller did not take it ({answer.detail or answer.outcome.value})")
+            self.end(f"the controller did not take it ({answer.detail or answer.outcome.value})")
         else:
             log.info("planned stop: the controller closed the host; waiting for its jobs")
 
     def drained(self, event_id: str) -> None:
         """A controller answer says the host is drained for `event_id`."""
         if self._draining and event_id == self.event_id:
-            self._end("the controller says the host's jobs are done")
+            self.end("the controller says the host's jobs are done")
 
-    def _end(self, why: str) -> None:
+    def end(self, why: str) -> None:
+        """Stop the components now, if a drain is waited for."""
         if not self._draining:
             return
         self._draining = False
