@@ -90,6 +90,8 @@ class PlannedStop:
     def _answered(self, answer: Answer) -> None:
         said = ps.verdict(answer.outcome, answer.body, self.event_id)
         self.told = said is not ps.Verdict.STOP_NOW
+        if not self._draining:
+            return  # the bound passed first, or the operator asked again
         if said is ps.Verdict.DRAINED:
             self.end("the controller says the host runs no job")
         elif said is ps.Verdict.STOP_NOW:
