@@ -21,10 +21,14 @@ from click.testing import CliRunner
 
 from xce_agent import cli
 
-try:
-    NOBODY = pwd.getpwnam("nobody")
-except KeyError:  # pragma: no cover - every Debian has it
-    NOBODY = None
+def _nobody() -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:  # pragma: no cover - every Debian has it
+        return None
+
+
+NOBODY = _nobody()
 
 pytestmark = pytest.mark.skipif(NOBODY is None, reason="needs a 'nobody' user")
 ROOT = os.geteuid() == 0
