@@ -327,7 +327,7 @@ def render_user_data(
     try:
         token = token_file.read(65536).strip()  # bounded: a device or a wrong file is no token
     except UnicodeDecodeError:
-        token = "\x00"  # not text: refused below like any other bad token
+        token = "\x00"  # noqa: S105 - not text: refused below like any other bad token
     if token_problem(token):
         raise UsageError(f"--token-file: expected {token_problem(token)}")
     data = UserData(

@@ -10,16 +10,17 @@ import os
 import pwd
 import shutil
 import struct
-import tempfile
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from click.testing import CliRunner
 
 from xce_agent import cli
+
 
 def _nobody() -> pwd.struct_passwd | None:
     try:
@@ -41,7 +42,7 @@ def tmp_path() -> Iterator[Path]:
     place.chmod(0o755)
     yield place
     for directory, _, _ in os.walk(place):
-        os.chmod(directory, 0o755)
+        os.chmod(directory, 0o700)  # searchable again by its owner, to remove it
     shutil.rmtree(place)
 
 
