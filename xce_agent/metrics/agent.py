@@ -51,6 +51,12 @@ class AgentMetrics:
         else:
             self._notices.discard(event_id)
 
+    def mark_down(self, instance_id: str) -> None:
+        """The textfile says the agent is down: at stop, and at start (a killed one's file)."""
+        if self.file is not None:
+            decommissioned = self.last.decommissioned if self.last is not None else False
+            self.file.mark_down(instance_id, decommissioned)
+
     def restore(self) -> None:
         """Periodically, from the agent: put back a textfile deleted under it."""
         if self.file is not None:
