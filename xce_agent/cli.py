@@ -18,7 +18,7 @@ import click
 
 from xce_agent import __version__
 from xce_agent.config.agent import AgentConfig, config_path, load_config
-from xce_agent.errors import AgentError, ConfigError, NoState, UsageError
+from xce_agent.errors import AgentError, ConfigError, NoState, StateNotPermitted, UsageError
 from xce_protocol.durations import Duration
 from xce_protocol.exits import ErrorExits
 from xce_protocol.roles import KNOWN_ROLES
@@ -77,8 +77,9 @@ def run(config_file: str | None) -> None:
 
 @main.command()
 @config_option
-# No path_type: click 7 (Debian 11, the Python 3.9 distributions) does not have it.
-@click.option("--state-dir", type=click.Path(), help="Read state from here.")
+# No path_type: click 7 (Debian 11, the Python 3.9 distributions) does not have it. Not
+# readable: a directory only root may read is the "needs root" line below, not a usage error.
+@click.option("--state-dir", type=click.Path(readable=False), help="Read state from here.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(config_file: str | None, state_dir: str | None, as_json: bool) -> None:
     """Show the agent's state: lifecycle, components, controller contact."""
@@ -88,7 +89,7 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
     try:
         directory = Path(state_dir) if state_dir else _load(config_file).state_directory
         state = StateStore(directory).read_only()
-    except (ConfigError, PermissionError):
+    except (ConfigError, StateNotPermitted):
         if os.geteuid() == 0:
             raise
         # The config's token file and the state directory are root's (0600, 0700).
