@@ -101,6 +101,7 @@ class Agent:
         )
         if runner is None:
             self.containment = containment or cgroups.detect(config.state_directory.resolve())
+            self._detected = containment is None
             runner = HandoffRunner(
                 self.handoff,
                 ms.JOIN_FIRST_ROLES,
@@ -109,6 +110,7 @@ class Agent:
             )
         else:
             self.containment = containment or cgroups.Detection(None, "test runner")
+            self._detected = False
         self._runner = runner
         self.supervisor = Supervisor(
             [fenced(spec) for spec in config.components],
@@ -181,7 +183,7 @@ class Agent:
             removed = self.store.clean_temp_files()
             if removed:
                 log.info("removed %d temporary state files left by an earlier agent", removed)
-            self._contain()
+            self._contain(previous)
             self._record_self(previous)
             self._install_signals()
             self._control = ControlServer(
@@ -199,8 +201,10 @@ class Agent:
         finally:
             self._finish()
 
-    def _contain(self) -> None:
+    def _contain(self, previous: AgentState | None) -> None:
         """Move into the `agent` leaf of the delegated cgroup, or fall back and say why."""
+        if self._detected and previous is not None:
+            self.containment = cgroups.inherit(self.containment, previous.cgroup_root)
         self.containment = cgroups.enter(self.containment)
         self._runner.cgroups = self.containment.tree
         level = logging.INFO if self.containment.tree else logging.WARNING

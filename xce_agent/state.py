@@ -109,6 +109,7 @@ class StartIntent:
     boot_id: str
     after_ticks: int  # clock ticks since boot before the start: the process started later
     owner: str  # the agent's state directory, as the component's environment carries it
+    boot_time: float = 0.0  # btime seen with boot_id (supervision.boot.same_boot)
 
 
 def _intents(data: Any) -> tuple[StartIntent, ...]:
@@ -119,7 +120,10 @@ def _intents(data: Any) -> tuple[StartIntent, ...]:
         except TypeError:
             continue
         texts = all(isinstance(x, str) for x in (intent.name, intent.boot_id, intent.owner))
-        if texts and isinstance(intent.after_ticks, int) and NAME.fullmatch(intent.name):
+        btime = intent.boot_time
+        btime_ok = isinstance(btime, (int, float)) and 0.0 <= float(btime) < 1e11  # not NaN
+        ticks_ok = isinstance(intent.after_ticks, int)
+        if texts and btime_ok and ticks_ok and NAME.fullmatch(intent.name):
             found.append(intent)
     return tuple(found)
 
