@@ -178,7 +178,8 @@ class Agent:
             single_agent.refuse_live(self.config.state_directory, previous)
             # No other agent runs here: a textfile with values is a killed agent's, frozen.
             self._metrics_owned = True
-            self.metrics.mark_down(self.config.instance.id)
+            gone = previous is not None and previous.membership.decommissioned
+            self.metrics.mark_down(self.config.instance.id, gone)
             self.prestart.remember(previous)
             removed = self.store.clean_temp_files()
             if removed:
@@ -318,7 +319,7 @@ class Agent:
         self.handoff.close()
         self.metrics.stop()
         if self._metrics_owned:  # not a live agent's file, when refused because of it
-            self.metrics.mark_down(self.config.instance.id)
+            self.metrics.mark_down(self.config.instance.id, self.state.membership.decommissioned)
         if self.writer is not None:
             self.writer.close()
         self.reactor.restore_signals()

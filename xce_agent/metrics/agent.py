@@ -51,10 +51,9 @@ class AgentMetrics:
         else:
             self._notices.discard(event_id)
 
-    def mark_down(self, instance_id: str) -> None:
+    def mark_down(self, instance_id: str, decommissioned: bool) -> None:
         """The textfile says the agent is down: at stop, and at start (a killed one's file)."""
         if self.file is not None:
-            decommissioned = self.last.decommissioned if self.last is not None else False
             self.file.mark_down(instance_id, decommissioned)
 
     def restore(self) -> None:
