@@ -180,3 +180,16 @@ def test_validating_as_another_unprivileged_user_says_it_cannot_tell(tmp_path: P
     assert "this check runs as uid 65534" in out.stdout and out.stdout.count("\n") == 1
     as_root = subprocess.run(validate, capture_output=True, text=True, check=False)
     assert as_root.returncode == 78 and f"cannot search {closed}" in as_root.stdout
+
+
+def test_a_script_its_user_may_execute_but_not_read_is_refused(tmp_path: Path) -> None:
+    script = _program(tmp_path / "bin", 0o711)  # #!/bin/sh: sh must read it as the user
+    config = _config(tmp_path, f"[{script}]")
+    code, output = _validate(config)
+    assert code == 78 and f"cannot read {script} (-rwx--x--x" in output, output
+    binary = tmp_path / "bin" / "true"
+    shutil.copy("/bin/true", binary)
+    binary.chmod(0o711)  # a binary the kernel maps itself: execute is enough
+    assert _validate(_config(tmp_path, f"[{binary}]"))[0] == 0
+    script.chmod(0o755)
+    assert _validate(config)[0] == 0

@@ -1,5 +1,5 @@
 """Whether a component's `user:` may run its program: every directory on the way searchable
-by that user, and the file a regular file it may execute.
+by that user, and the file a regular file it may execute (and read, for a #! script).
 
 The kernel decides at exec time; this reads the same rule ahead of time (file modes, POSIX
 access ACLs, noexec mounts), so a program its user cannot run is a config error at
@@ -28,7 +28,8 @@ _ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = (
     0x10,
     0x20,
 )
-_EXECUTE = 1  # the x bit, in a mode triplet or an ACL entry's permissions
+_EXECUTE, _READ = 1, 4  # bits of a mode triplet or of an ACL entry's permissions
+_BITS = {"search": _EXECUTE, "execute": _EXECUTE, "read": _READ}
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,20 @@ def may_run(path: str, who: Account) -> Finding:
     if not stat.S_ISREG(info.st_mode):
         return Finding(Verdict.DENIED, absolute, f"{real} is not a regular file")
     found = _allows(real, who, "execute")
+    if found is None and _script(real):
+        found = _allows(real, who, "read")  # its interpreter opens it as the user
     if found is not None:
         return Finding(found.verdict, absolute, found.why)
     return Finding(Verdict.OK, absolute)
+
+
+def _script(path: str) -> bool:
+    """The file starts with #!: the kernel runs its interpreter, which must read it."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"#!"
+    except OSError:
+        return False  # unreadable to this check too: the execute check spoke for it
 
 
 def _ancestors(path: str) -> list[str]:
@@ -131,27 +143,27 @@ def _allows(path: str, who: Account, what: str) -> Finding | None:
         return Finding(Verdict.DENIED, path, f"{path}: {exc.strerror}")
     if what == "execute" and noexec:
         return Finding(Verdict.DENIED, path, f"{path} is on a file system mounted noexec")
-    if _granted(info, acl, who):
+    if _granted(info, acl, who, _BITS[what]):
         return None
     shown = f"{stat.filemode(info.st_mode)} {_owner(info)}" + (", with an ACL" if acl else "")
     return Finding(Verdict.DENIED, path, f"{who.describe()} cannot {what} {path} ({shown})")
 
 
-def _granted(info: os.stat_result, acl: list[tuple[int, int, int]], who: Account) -> bool:
+def _granted(info: os.stat_result, acl: list[tuple[int, int, int]], who: Account, bit: int) -> bool:
     mode = info.st_mode
     if not acl:
         if info.st_uid == who.uid:
-            return bool(mode >> 6 & _EXECUTE)
+            return bool(mode >> 6 & bit)
         if info.st_gid in who.gids:
-            return bool(mode >> 3 & _EXECUTE)
-        return bool(mode & _EXECUTE)
+            return bool(mode >> 3 & bit)
+        return bool(mode & bit)
     # POSIX.1e access check: owner, named user, groups (any matching entry), other.
     mask = next((perm for tag, perm, _ in acl if tag == _ACL_MASK), 7)
     if info.st_uid == who.uid:
-        return any(tag == _ACL_USER_OBJ and perm & _EXECUTE for tag, perm, _ in acl)
+        return any(tag == _ACL_USER_OBJ and perm & bit for tag, perm, _ in acl)
     named = [perm for tag, perm, ident in acl if tag == _ACL_USER and ident == who.uid]
     if named:
-        return bool(named[0] & mask & _EXECUTE)
+        return bool(named[0] & mask & bit)
     groups = [
         perm
         for tag, perm, ident in acl
@@ -159,8 +171,8 @@ def _granted(info: os.stat_result, acl: list[tuple[int, int, int]], who: Account
         or (tag == _ACL_GROUP and ident in who.gids)
     ]
     if groups:
-        return any(perm & mask & _EXECUTE for perm in groups)
-    return any(tag == _ACL_OTHER and perm & _EXECUTE for tag, perm, _ in acl)
+        return any(perm & mask & bit for perm in groups)
+    return any(tag == _ACL_OTHER and perm & bit for tag, perm, _ in acl)
 
 
 def _acl(path: str) -> list[tuple[int, int, int]]:
