@@ -225,7 +225,7 @@ def _check_controller_url(url: str, plain_http: bool) -> None:
 @click.option(
     "--controller-url",
     default="",
-    help="http(s) URL of the controller, or its replicas' URLs separated by commas.",
+    help="http(s) URL of the controller, or its replicas' URLs separated by commas (required).",
 )
 @click.option("--template", default="default", show_default=True, help="Host template.")
 @click.option(
