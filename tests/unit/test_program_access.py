@@ -193,3 +193,13 @@ def test_a_script_its_user_may_execute_but_not_read_is_refused(tmp_path: Path) -
     assert _validate(_config(tmp_path, f"[{binary}]"))[0] == 0
     script.chmod(0o755)
     assert _validate(config)[0] == 0
+
+
+def test_a_directory_in_the_programs_place_is_passed_over_as_exec_does(tmp_path: Path) -> None:
+    (tmp_path / "first" / "w").mkdir(parents=True)  # exec of a directory fails: the next is tried
+    theirs = _program(tmp_path / "theirs")
+    env = f", environment: {{PATH: '{tmp_path / 'first'}'}}"
+    code, output = _validate(_config(tmp_path, "[w]", env))
+    assert code == 78 and "is not a regular file" in output, output
+    env = f", environment: {{PATH: '{tmp_path / 'first'}:{theirs.parent}'}}"
+    assert _validate(_config(tmp_path, "[w]", env))[0] == 0
