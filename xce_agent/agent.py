@@ -172,6 +172,7 @@ class Agent:
         # Until the previous agent's components were adopted, the saved records are theirs:
         # an agent refused or failing before that must not overwrite them with empty ones.
         self._resumed = False
+        self._metrics_owned = False
 
     # --- lifecycle --------------------------------------------------------------------
     def run(self) -> int:
@@ -181,6 +182,10 @@ class Agent:
         try:
             previous = self.store.load()
             single_agent.refuse_live(self.config.state_directory, previous)
+            # No other agent runs here: a textfile with values is a killed agent's, frozen.
+            self._metrics_owned = True
+            gone = previous is not None and previous.membership.decommissioned
+            self.metrics.mark_down(self.config.instance.id, gone)
             self.prestart.remember(previous)
             removed = self.store.clean_temp_files()
             if removed:
@@ -329,6 +334,8 @@ class Agent:
         self.supervisor.close()
         self.handoff.close()
         self.metrics.stop()
+        if self._metrics_owned:  # not a live agent's file, when refused because of it
+            self.metrics.mark_down(self.config.instance.id, self.state.membership.decommissioned)
         if self.writer is not None:
             self.writer.close()
         self.reactor.restore_signals()

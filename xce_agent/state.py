@@ -21,7 +21,7 @@ from xce_agent.core import pending_notices, singleton_holds
 from xce_agent.core.membership import MembershipState, Standing
 from xce_agent.core.pending_notices import PendingNotice
 from xce_agent.core.singleton_holds import SingletonHold
-from xce_agent.errors import StateError
+from xce_agent.errors import StateError, StateNotPermitted
 from xce_protocol.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)
@@ -334,6 +334,8 @@ class StateStore:
             return AgentState.from_json(json.loads(self.path.read_bytes().decode("utf-8")))
         except FileNotFoundError:
             return None
+        except PermissionError as exc:  # `status` says it needs root, when not root
+            raise StateNotPermitted(f"{self.path}: unreadable state: {exc.strerror}") from None
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise StateError(f"{self.path}: unreadable state: {exc}") from None
 
