@@ -98,14 +98,16 @@ def world(tmp_path: Path) -> Iterator[World]:
 def test_planned_stop_drains_the_jobs_then_stops_the_worker_and_the_host_is_not_lost(
     world: World,
 ) -> None:
-    world.api("POST", "/v1/jobs", json={"command": ["sleep", "3"], "host": "node1"})
+    world.api("POST", "/v1/jobs", json={"command": ["sleep", "6"], "host": "node1"})
     wait_for(lambda: world.jobs()[0]["state"] == "running", timeout=20)
     stop = world.stop("--drain-timeout", "60s")
     wait_for(lambda: world.host()["state"] == "closed", timeout=10)
     host = world.host()
     assert host["reason"].startswith("agent stopped (planned)"), host
     assert host["notice"]["kind"] == "stop"
-    assert world.agent.worker_pid() is not None  # draining: the worker runs its job on
+    # Draining: the worker runs its job on (unless, on a loaded machine, it already ended).
+    if world.agent.worker_pid() is None:
+        assert world.jobs()[0]["state"] == "done"
     out, err = stop.communicate(timeout=60)
     assert stop.returncode == 0, err
     assert "components stopped, agent exited" in out
