@@ -11,6 +11,7 @@ import enum
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -281,6 +282,8 @@ class StateStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / STATE_FILE
+        self._stamp: tuple[int, int, int] | None = None  # the file this store wrote last
+        self._lock = threading.Lock()  # a write and its stamp are one step for changed_under
 
     def ensure_directory(self) -> None:
         try:
@@ -340,7 +343,32 @@ class StateStore:
             raise StateError(f"{self.path}: unreadable state: {exc}") from None
 
     def save(self, state: AgentState) -> None:
-        write_atomic(self.path, json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+        with self._lock:
+            write_atomic(self.path, json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+            with contextlib.suppress(OSError):
+                self._stamp = _stamp(os.stat(self.path))
+
+    def changed_under(self) -> str:
+        """Why the file is no longer the one this store wrote last ("" while it is): removed,
+        edited or replaced (an older copy put back). The agent writes its state again then,
+        since the next agent adopts only what the file names."""
+        if not self._lock.acquire(blocking=False):
+            return ""  # a write is under way (the event loop never waits on its fsync)
+        try:
+            if self._stamp is None:
+                return ""
+            now = _stamp(os.stat(self.path))
+        except FileNotFoundError:
+            return "removed"
+        except OSError:
+            return ""
+        finally:
+            self._lock.release()
+        return "" if now == self._stamp else "edited or replaced"
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class StateWriter:
