@@ -289,7 +289,11 @@ class Agent:
         self.request_stop("xce-agent stop")
 
     def _on_hup(self, signum: int) -> None:
-        answer = self.operator.handle("reload", "")
+        try:
+            answer = self.operator.handle("reload", "")
+        except Exception:  # as on the control socket: a reload's failure never ends the agent
+            log.exception("SIGHUP: reload failed; the config in use stays")
+            return
         if not answer.ok:  # a reload that happened is logged by the reload itself
             log.error("SIGHUP: %s", answer.message)
 

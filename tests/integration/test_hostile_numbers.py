@@ -6,11 +6,14 @@ number): a real agent takes them for what they are and goes on.
   agent resumed with the credential and never started its worker until it was restarted.
 - A join deadline record (`join.json`) whose first start has 400 digits: the agent died at
   start with a traceback (and systemd restarted it into the same death).
+- A config with an integer of more than 4,300 digits sent by SIGHUP: the agent died.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -67,6 +70,31 @@ def test_a_join_record_with_a_huge_integer_time_counts_from_now(tmp_path: Path) 
         assert "Traceback" not in agent.log()
         saved = json.loads((state / "join.json").read_text())
         assert isinstance(saved["first_start"], float), saved  # counted from now, rewritten
+    finally:
+        agent.stop()
+        server.close()
+
+
+def test_a_reload_of_a_config_with_a_huge_integer_leaves_the_agent_supervising(
+    tmp_path: Path,
+) -> None:
+    # PyYAML's int() of more than 4,300 digits raised an unmarked ValueError: `validate`
+    # ended with a traceback and SIGHUP ended the running agent, its worker unsupervised.
+    server = FakeController(lambda x: None, ())
+    agent = AgentProcess(tmp_path, server.url, INSTANCE, HOST, worker=SLEEPER)
+    try:
+        agent.start()
+        wait_for(agent.worker_pid, 20)
+        first = agent.worker_pid()
+        good = agent.config.read_text()
+        agent.config.write_text(good.replace("stop_timeout: 5s", f"stop_timeout: {'9' * 5000}"))
+        assert agent.proc is not None
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "a value that cannot be read" in agent.log(), 10)  # it was read
+        assert agent.proc.poll() is None, agent.log()[-2000:]
+        assert first is not None
+        os.kill(first, signal.SIGKILL)  # still supervised: the worker is started again
+        wait_for(lambda: agent.worker_pid() not in (None, first), 15)
     finally:
         agent.stop()
         server.close()
