@@ -324,7 +324,7 @@ class StateStore:
             raise StateError(f"{self.path}: cannot read: {exc.strerror}") from None
         try:
             return AgentState.from_json(json.loads(raw.decode("utf-8")))
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # deep: not ours
             aside = self.path.with_name(f"{STATE_FILE}.corrupt-{int(time.time())}")
             with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
@@ -339,7 +339,7 @@ class StateStore:
             return None
         except PermissionError as exc:  # `status` says it needs root, when not root
             raise StateNotPermitted(f"{self.path}: unreadable state: {exc.strerror}") from None
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise StateError(f"{self.path}: unreadable state: {exc}") from None
 
     def save(self, state: AgentState) -> None:

@@ -124,7 +124,7 @@ def load(
         record: JoinRecord | None = _parse(json.loads(path.read_text()))
     except FileNotFoundError:
         record = None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         log.warning("%s unreadable (%s): the join deadline counts from now", path, exc)
         record = None
     fresh = record is None or record.instance_id != instance_id
