@@ -47,11 +47,18 @@ class Fleet:
     def join(self) -> None:
         for n in range(self.hosts):
             name = f"h{n:04d}"
-            got = call(
-                self.urls[n % len(self.urls)], "POST", "/v1/join", {"host": name}, JOIN_TOKEN
-            )
-            got.raise_for_status()
-            self.creds[name] = got.json()["credential"]
+            self.creds[name] = self._join(name, self.urls[n % len(self.urls)])
+
+    def _join(self, name: str, url: str) -> str:
+        """The host's credential; a 503 (a replica still catching up with the store after
+        its start) is asked again, for up to a minute."""
+        deadline = time.monotonic() + 60
+        while True:
+            got = call(url, "POST", "/v1/join", {"host": name}, JOIN_TOKEN)
+            if got.status_code != 503 or time.monotonic() > deadline:
+                got.raise_for_status()
+                return str(got.json()["credential"])
+            time.sleep(0.2)
 
     def beat(self, names: list[str]) -> None:
         session = requests.Session()

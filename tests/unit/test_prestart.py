@@ -95,11 +95,17 @@ def marked(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A process started as component `w` of the agent of `tmp_path`, in its own session."""
     env = {**os.environ, MARK_COMPONENT: "w", MARK_OWNER: str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True
+        [sys.executable, "-c", "import time; print(flush=True); time.sleep(60)"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
     )
+    assert proc.stdout is not None
+    proc.stdout.readline()  # it has exec'd: its identity and environment are its own
     yield proc
     proc.kill()
     proc.wait()
+    proc.stdout.close()
 
 
 def test_a_live_copy_is_found_by_its_identity_or_its_start_intent_and_stopped(
