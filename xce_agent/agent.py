@@ -297,7 +297,11 @@ class Agent:
         self.request_stop("SIGUSR2", drain=0.0)
 
     def _on_hup(self, signum: int) -> None:
-        answer = self.operator.handle("reload", "")
+        try:
+            answer = self.operator.handle("reload", "")
+        except Exception:  # as on the control socket: a reload's failure never ends the agent
+            log.exception("SIGHUP: reload failed; the config in use stays")
+            return
         if not answer.ok:  # a reload that happened is logged by the reload itself
             log.error("SIGHUP: %s", answer.message)
 
@@ -370,7 +374,17 @@ class Agent:
     def _check_link(self) -> None:
         self.controller.check_threads()
         self.metrics.restore()  # the same period serves: one stat of the textfile
+        self._check_state_file()
         self.reactor.call_later(LINK_CHECK_PERIOD, self._check_link)
+
+    def _check_state_file(self) -> None:
+        """The state file is what this agent wrote last, or it is written again: an older copy
+        put back (or an edit) would make the next agent start a second copy of a component
+        whose live process the file no longer names."""
+        why = self.store.changed_under()
+        if why:
+            log.warning("%s: %s under the agent: writing it again", self.store.path, why)
+            self._refresh_components()
 
     # --- membership -------------------------------------------------------------------
     def post(self, event: ms.Event) -> None:

@@ -11,6 +11,7 @@ import enum
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -281,6 +282,8 @@ class StateStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.path = directory / STATE_FILE
+        self._stamp: tuple[int, int, int] | None = None  # the file this store wrote last
+        self._lock = threading.Lock()  # a write and its stamp are one step for changed_under
 
     def ensure_directory(self) -> None:
         try:
@@ -321,7 +324,7 @@ class StateStore:
             raise StateError(f"{self.path}: cannot read: {exc.strerror}") from None
         try:
             return AgentState.from_json(json.loads(raw.decode("utf-8")))
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # deep: not ours
             aside = self.path.with_name(f"{STATE_FILE}.corrupt-{int(time.time())}")
             with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
@@ -336,11 +339,36 @@ class StateStore:
             return None
         except PermissionError as exc:  # `status` says it needs root, when not root
             raise StateNotPermitted(f"{self.path}: unreadable state: {exc.strerror}") from None
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise StateError(f"{self.path}: unreadable state: {exc}") from None
 
     def save(self, state: AgentState) -> None:
-        write_atomic(self.path, json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+        with self._lock:
+            write_atomic(self.path, json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n")
+            with contextlib.suppress(OSError):
+                self._stamp = _stamp(os.stat(self.path))
+
+    def changed_under(self) -> str:
+        """Why the file is no longer the one this store wrote last ("" while it is): removed,
+        edited or replaced (an older copy put back). The agent writes its state again then,
+        since the next agent adopts only what the file names."""
+        if not self._lock.acquire(blocking=False):
+            return ""  # a write is under way (the event loop never waits on its fsync)
+        try:
+            if self._stamp is None:
+                return ""
+            now = _stamp(os.stat(self.path))
+        except FileNotFoundError:
+            return "removed"
+        except OSError:
+            return ""
+        finally:
+            self._lock.release()
+        return "" if now == self._stamp else "edited or replaced"
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class StateWriter:

@@ -122,6 +122,14 @@ def load_text(text: str, origin: str) -> LineDict:
         raise SourceError(f"{origin}: not valid YAML: {exc}") from None
     except RecursionError:
         raise SourceError(f"{origin}: not valid YAML: nested too deeply") from None
+    except ValueError as exc:
+        # A scalar its tag cannot hold: an int of more than 4,300 digits (Python's bound on
+        # int(str)), a date like 2001-13-45, `!!int abc`. PyYAML raises it unmarked; it ended
+        # `validate` with a traceback and a reload by SIGHUP with the agent.
+        why = str(exc).split(";")[0]
+        raise SourceError(
+            f"{origin}: not valid YAML: a value that cannot be read ({why})"
+        ) from None
     finally:
         loader.dispose()
     if loader.duplicates:

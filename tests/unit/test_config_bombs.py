@@ -38,6 +38,11 @@ BOMBS = {
     "deep-nesting": HEAD + "        command: " + "[" * 5000 + "]" * 5000 + "\n",
     "huge": HEAD + "        command: [/bin/true]\n# " + "x" * (MAX_CONFIG_BYTES + 10) + "\n",
     "many-nodes": HEAD + "        command: [" + ", ".join(["x"] * 300_000) + "]\n",
+    # Scalars their tag cannot hold: PyYAML's unmarked ValueError was a traceback (exit 1),
+    # and the same config sent by SIGHUP ended the running agent.
+    "huge-integer": HEAD + "        command: [/bin/sleep, 1" + "0" * 5000 + "]\n",
+    "impossible-date": HEAD + "        command: [/bin/sleep, 2001-13-45]\n",
+    "tagged-int-that-is-not": HEAD + "        command: [/bin/sleep, !!int abc]\n",
 }
 MESSAGES = {
     "recursive-alias": "an alias refers to its own anchor",
@@ -48,6 +53,10 @@ MESSAGES = {
     "deep-nesting": "nested deeper than",
     "huge": "expected at most",
     "many-nodes": "has more than",
+    # Python before 3.10.7 reads any int: then the config check refuses it (not a string)
+    "huge-integer": "" if sys.version_info < (3, 10, 7) else "a value that cannot be read",
+    "impossible-date": "a value that cannot be read (month must be in 1..12)",
+    "tagged-int-that-is-not": "a value that cannot be read",
 }
 
 

@@ -54,6 +54,10 @@ def test_the_record_survives_restarts_and_a_new_instance_starts_afresh(tmp_path:
         '{"instance_id": "i-1", "first_start": true, "joined": false}',
         '{"instance_id": "i-1", "first_start": 10.0, "joined": false, "gave_up_at": NaN}',
         '{"instance_id": "i-1", "first_start": 10.0, "joined": "false"}',
+        # An integer too large for a float: math.isfinite raised OverflowError and the
+        # agent died at start with a traceback.
+        '{"instance_id": "i-1", "first_start": 1%s, "joined": false}' % ("0" * 400),
+        "[" * 100_000 + "]" * 100_000,  # nested past the stack: RecursionError ended the agent
     ],
 )
 def test_a_record_that_is_not_a_time_counts_from_now(tmp_path: Path, text: str) -> None:

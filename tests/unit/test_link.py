@@ -250,6 +250,10 @@ def test_a_decommission_is_posted_once_and_ends_both_loops() -> None:
         ("1ms", 10.0),
         (None, 10.0),
         (30, 30.0),
+        # Integers too large for a float (JSON has no limit): clamped, not an OverflowError
+        # that left a join half taken (credential kept, no template, no worker).
+        pytest.param(10**400, 300.0, id="huge-int"),
+        pytest.param(-(10**400), 1.0, id="huge-negative-int"),
     ],
 )
 def test_published_intervals_are_clamped(value: Any, expected: float) -> None:

@@ -102,7 +102,7 @@ class CredentialStore:
             return HostCredential(**data)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, RecursionError) as exc:  # nested past the stack
             log.error("%s: unreadable host credential ignored (%s)", self.path, type(exc).__name__)
             return None
 

@@ -123,7 +123,7 @@ class Handoff:
             doc = json.loads(self.template_path.read_text())
             template = doc.get("template", {})
             name, slots = str(template.get("name", "")), str(template.get("slots", 1))
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             return None
         env = {
             "XCE_TEMPLATE_FILE": str(self.template_path),

@@ -14,6 +14,7 @@ machine; `JoinRecord` is what is kept on disk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -123,7 +124,7 @@ def load(
         record: JoinRecord | None = _parse(json.loads(path.read_text()))
     except FileNotFoundError:
         record = None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         log.warning("%s unreadable (%s): the join deadline counts from now", path, exc)
         record = None
     fresh = record is None or record.instance_id != instance_id
@@ -161,9 +162,13 @@ def _parse(data: Any) -> JoinRecord:
 
 
 def _time(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    number = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an int past a float's range
+            number = float(value)
+    if not math.isfinite(number):
         raise ValueError(f"a time is {describe(value)}, not a finite number")
-    return float(value)
+    return number
 
 
 def save(directory: Path, record: JoinRecord) -> None:

@@ -28,7 +28,11 @@ def retry_delay(attempt: int, rand: float, cap: float, retry_after: float | None
 
 def clamp(value: Any, default: float, bounds: tuple[float, float]) -> float:
     """A published interval within bounds; a non-number or non-finite one keeps the default."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    # An int is finite however long (JSON bounds no number): math.isfinite would convert it
+    # to a float and raise OverflowError past 1e308.
+    if isinstance(value, float) and not math.isfinite(value):
         return default
     low, high = bounds
     return float(min(high, max(low, value)))
