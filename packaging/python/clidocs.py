@@ -94,6 +94,9 @@ PROGRAMS = (
             ("XCE_CONTROLLER_URL", "The controller (default http://127.0.0.1:7870)."),
             ("XCE_ADMIN_TOKEN", "The admin token."),
             ("XCE_ADMIN_TOKEN_FILE", "A file holding it, such as DB.admin-token."),
+            ("XCE_CONTROLLER_CA_FILE", "The CA bundle that signed the controller's certificate."),
+            ("XCE_CLIENT_CERT_FILE", "The client certificate shown to the controller."),
+            ("XCE_CLIENT_KEY_FILE", "Its key."),
         ),
         exit_status="0 success (with --wait: the host got there); 1 the controller refused, "
         "or the host ended elsewhere; 2 usage error; 3 the controller could not be reached.",

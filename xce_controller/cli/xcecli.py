@@ -20,6 +20,7 @@ from urllib3.exceptions import NewConnectionError
 
 from xce_controller import __version__
 from xce_controller.cli.client_errors import ControllerRefused, unreachable
+from xce_controller.cli.client_tls import ClientTls, client_tls
 from xce_controller.cli.host_columns import host_table, notice
 from xce_controller.cli.observe import events, printable, why
 from xce_controller.cli.text import code as _code
@@ -52,10 +53,13 @@ def controller_urls(text: str) -> list[str]:
 
 
 class Client:
-    def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, token: str, timeout: float = 30.0, tls: ClientTls | None = None
+    ) -> None:
         self.urls = controller_urls(url)
         self.current = 0
         self.timeout = timeout
+        self.tls = tls or ClientTls()
         self.session = requests.Session()
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
@@ -68,7 +72,7 @@ class Client:
         try:
             response = self.send(method, path, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise unreachable(", ".join(self.urls), exc) from None
+            raise unreachable(", ".join(self.urls), exc, self.tls.cert is not None) from None
         try:
             body = response.json()
         except ValueError:
@@ -89,6 +93,7 @@ class Client:
         """The answer of the first URL that can serve, trying each once from the current
         one (replicas.moves_on); the last URL's answer or failure when none can."""
         order = replicas.attempts(self.current, len(self.urls))
+        kwargs.update(self.tls.request_options())
         for index in order:
             last = index == order[-1]
             try:
@@ -139,8 +144,36 @@ def _unsent(exc: requests.RequestException) -> bool:
     show_default=True,
     help="How long to wait for the controller's answer (like 5s).",
 )
+@click.option(
+    "--ca-file",
+    envvar="XCE_CONTROLLER_CA_FILE",
+    type=click.Path(dir_okay=False),
+    help="PEM CA bundle that signed the controller's certificate ($XCE_CONTROLLER_CA_FILE); "
+    "default: the system's.",
+)
+@click.option(
+    "--client-cert-file",
+    envvar="XCE_CLIENT_CERT_FILE",
+    type=click.Path(dir_okay=False),
+    help="PEM certificate shown to a controller that requires one ($XCE_CLIENT_CERT_FILE).",
+)
+@click.option(
+    "--client-key-file",
+    envvar="XCE_CLIENT_KEY_FILE",
+    type=click.Path(dir_okay=False),
+    help="Its unencrypted PEM key ($XCE_CLIENT_KEY_FILE).",
+)
 @click.pass_context
-def main(ctx: click.Context, url: str, token: str, token_file: str | None, timeout: float) -> None:
+def main(
+    ctx: click.Context,
+    url: str,
+    token: str,
+    token_file: str | None,
+    timeout: float,
+    ca_file: str | None,
+    client_cert_file: str | None,
+    client_key_file: str | None,
+) -> None:
     """Admin CLI of the XCE reference controller."""
     if token_file and not token:
         try:
@@ -151,7 +184,7 @@ def main(ctx: click.Context, url: str, token: str, token_file: str | None, timeo
             raise UsageError(f"--token-file {token_file}: {why}") from None
     if token and not names.is_bearer_token(token):  # no header carries it (never shown)
         raise UsageError("--token: expected printable ASCII characters without spaces")
-    ctx.obj = Client(url, token, timeout)
+    ctx.obj = Client(url, token, timeout, client_tls(ca_file, client_cert_file, client_key_file))
 
 
 def _out(data: Any, as_json: bool, text: str | list[str]) -> None:
