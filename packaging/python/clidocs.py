@@ -2,13 +2,13 @@
 """Man pages, shell completion and docs/reference.md, written from the click commands and the
 config checkers themselves, so none of them can say something the code does not do.
 
-usage: clidocs.py man OUTDIR          xce-agent.1, xce-controller.1, xcecli.1
-       clidocs.py completion OUTDIR   bash/, zsh/ and fish/ completion of the three commands
+usage: clidocs.py man OUTDIR          xce-agent.1, xce-controller.1, xcecli.1, xce-provisioner.1
+       clidocs.py completion OUTDIR   bash/, zsh/ and fish/ completion of the four commands
        clidocs.py reference [FILE]    every command and config key as Markdown (docs/reference.md)
 
 The package builds (packaging/debian/rules, packaging/rpm/xce-agent.spec) run `man` and
 `completion`; tests/unit/test_clidocs.py regenerates the reference and compares it with the
-committed one. Run from the top of the tree (it imports the three packages from there).
+committed one. Run from the top of the tree (it imports the four packages from there).
 """
 
 from __future__ import annotations
@@ -58,6 +58,12 @@ def _xcecli() -> click.Group:
     return main
 
 
+def _provisioner() -> click.Group:
+    from xce_provisioner.cli import main
+
+    return main
+
+
 PROGRAMS = (
     Program(
         "xce-agent",
@@ -101,6 +107,30 @@ PROGRAMS = (
         exit_status="0 success (with --wait: the host got there); 1 the controller refused, "
         "or the host ended elsewhere; 2 usage error; 3 the controller could not be reached.",
         see_also=("xce-controller", "xce-agent"),
+    ),
+    Program(
+        "xce-provisioner",
+        "xce-provisioner",
+        "reference provisioner of XCE elastic hosts, through Redfish",
+        _provisioner,
+        environment=(
+            ("XCE_LEASE_NAME", "The lease it runs under (the agent sets it)."),
+            (
+                "XCE_LEASE_TOKEN",
+                "The lease's fencing token, carried by every step; the controller refuses a "
+                "step whose token is not current.",
+            ),
+        ),
+        files=(
+            (
+                "/etc/xce/provisioner.yaml",
+                "The config (--config): the controller, the BMCs (credentials in files), "
+                "the machines.",
+            ),
+        ),
+        exit_status="0 stopped; 2 a problem of the config or the command line; 75 the "
+        "controller said the lease belongs to another holder now.",
+        see_also=("xce-agent", "xcecli"),
     ),
 )
 

@@ -253,6 +253,7 @@ def test_an_unreachable_controller_is_named_refused_timed_out_or_tls(
         ("xce_controller.cli.xcecli", "xcecli"),
         ("xce_controller", "xce-controller"),
         ("xce_agent", "xce-agent"),
+        ("xce_provisioner", "xce-provisioner"),
     ],
 )
 def test_every_command_says_its_version(module: str, name: str) -> None:
