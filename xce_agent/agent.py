@@ -98,6 +98,7 @@ class Agent:
             reader_of(workers),
             ",".join(ctl.urls) if ctl else "",  # XCE_CONTROLLER_URL: xcecli's list form
             self.stored.worker_secret or None if self.stored else None,
+            os.path.abspath(ctl.ca_file) if ctl and ctl.ca_file else "",
         )
         if runner is None:
             self.containment = containment or cgroups.detect(config.state_directory.resolve())

@@ -87,6 +87,23 @@ def test_an_agent_joins_over_https_once_its_ca_file_trusts_the_controller(tmp_pa
             ).json()
             assert host["state"] == "open" and host["instance_id"] == "i-1"
             assert contact(agent)["state"] == "connected"
+            # The worker trusts the controller too (XCE_CONTROLLER_CA_FILE): it runs a job.
+            submitted = requests.post(
+                ctl.url + "/v1/jobs",
+                json={"command": ["true"], "host": "node1"},
+                headers=ctl.admin_headers(),
+                verify=ctl.verify,
+                timeout=5,
+            ).json()
+            job_url = f"{ctl.url}/v1/jobs"
+
+            def job_state() -> str:
+                jobs = requests.get(
+                    job_url, headers=ctl.admin_headers(), verify=ctl.verify, timeout=5
+                ).json()
+                return str(next(j["state"] for j in jobs if j["id"] == submitted["id"]))
+
+            wait_for(lambda: job_state() == "done", 30)
             # xcecli trusts the CA through the requests library's REQUESTS_CA_BUNDLE.
             env = {**os.environ, "REQUESTS_CA_BUNDLE": str(ca.cert)}
             token = f"{ctl.db}.admin-token"

@@ -40,11 +40,17 @@ OLD_CREDENTIAL_FILE = "credential"  # not written any more; removed if an older 
 
 class Handoff:
     def __init__(
-        self, directory: Path, reader: Reader, controller_url: str, credential: str | None
+        self,
+        directory: Path,
+        reader: Reader,
+        controller_url: str,
+        credential: str | None,
+        ca_file: str = "",
     ) -> None:
         self.directory = directory
         self.reader = reader
         self.controller_url = controller_url
+        self.ca_file = ca_file  # controller.ca_file: the worker trusts what the agent trusts
         self.credential = credential
         self.template_path = directory / TEMPLATE_FILE
         self._credential_fd: int | None = None
@@ -133,6 +139,8 @@ class Handoff:
             "XCE_TEMPLATE": name,
             "XCE_SLOTS": slots,
         }
+        if self.ca_file:
+            env["XCE_CONTROLLER_CA_FILE"] = self.ca_file
         fd = self.credential_fd()
         if fd is not None:
             env["XCE_CREDENTIAL_FILE"] = f"/dev/fd/{fd}"
