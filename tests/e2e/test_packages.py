@@ -113,6 +113,9 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
     for name, paths in EXAMPLES.items():
         for path in paths:
             assert f"./usr/share/doc/{name}/{path}" in files[name], (name, path)
+    for name in ("xce-agent", "xce-controller"):  # what changed, and what works together
+        assert f"./usr/share/doc/{name}/CHANGELOG.md.gz" in files[name]
+        assert f"./usr/share/doc/{name}/upgrades.md" in files[name]
     scripts = _run("dpkg-deb", "-I", debs["xce-agent"], "prerm")
     assert 'if [ "$1" = "remove" ]' in scripts and "xce-agent stop" in scripts
     changes = next(tmp_path.glob("*.changes"))

@@ -4,6 +4,7 @@ connection errors, `--version`."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -264,3 +265,18 @@ def test_every_command_says_its_version(module: str, name: str) -> None:
     )
     assert out.returncode == 0
     assert out.stdout.strip() == f"{name}, version {__version__}"
+
+
+def test_a_command_without_a_token_says_which_options_give_one(ctl: ControllerProcess) -> None:
+    command = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", ctl.url, "hosts"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XCE_")}
+    bare = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert bare.returncode == 1
+    assert bare.stderr.strip() == (
+        "xcecli: 401: admin token missing or wrong "
+        "(no token given: --token-file, $XCE_ADMIN_TOKEN_FILE or --token)"
+    )
+    mistaken = subprocess.run(
+        [*command[:-1], "--token", "not-it", "hosts"], capture_output=True, text=True, env=env
+    )
+    assert mistaken.stderr.strip() == "xcecli: 401: admin token missing or wrong"

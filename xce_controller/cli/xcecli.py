@@ -86,6 +86,8 @@ class Client:
                     f"{self.url}: not a controller's answer: {said}"
                 )
             line = printable(str(message))[:300]  # one line: control characters escaped
+            if response.status_code == 401 and "Authorization" not in self.session.headers:
+                line += " (no token given: --token-file, $XCE_ADMIN_TOKEN_FILE or --token)"
             raise ControllerRefused(f"{response.status_code}: {line}")
         return body
 
