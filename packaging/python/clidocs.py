@@ -105,7 +105,8 @@ PROGRAMS = (
             ("XCE_CLIENT_KEY_FILE", "Its key."),
         ),
         exit_status="0 success (with --wait: the host got there); 1 the controller refused, "
-        "or the host ended elsewhere; 2 usage error; 3 the controller could not be reached.",
+        "or the host ended elsewhere; 2 usage error; 3 the controller could not be reached; "
+        "130 --wait interrupted (Ctrl-C; what was asked still stands).",
         see_also=("xce-controller", "xce-agent"),
     ),
     Program(

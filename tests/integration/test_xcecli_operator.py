@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +30,7 @@ templates:
   gpu: {slots: 8}
 """
 ADMIN = {"Authorization": "Bearer adm1n"}
+CLI = [sys.executable, "-m", "xce_controller.cli.xcecli"]
 
 
 @pytest.fixture
@@ -280,3 +282,26 @@ def test_a_command_without_a_token_says_which_options_give_one(ctl: ControllerPr
         [*command[:-1], "--token", "not-it", "hosts"], capture_output=True, text=True, env=env
     )
     assert mistaken.stderr.strip() == "xcecli: 401: admin token missing or wrong"
+
+
+def test_ctrl_c_stops_the_wait_with_130_and_the_decommission_stands(
+    ctl: ControllerProcess,
+) -> None:
+    running_job(ctl, "n6", join(ctl, "n6", "i-6"))
+    waiting = subprocess.Popen(
+        [*CLI, "--url", ctl.url, "--token", "adm1n", "decommission", "n6", "--wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # As in a terminal: a shell's background job would ignore SIGINT.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert waiting.stdout is not None
+    assert waiting.stdout.readline().startswith("n6: draining")
+    assert waiting.stdout.readline().startswith("n6: draining, 1 job left")  # following
+    waiting.send_signal(signal.SIGINT)
+    _, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 130
+    assert err.strip() == "xcecli: n6: stopped waiting; the decommission stands"
+    host = requests.get(ctl.url + "/v1/hosts/n6", headers=ADMIN, timeout=10).json()
+    assert host["state"] == "draining"

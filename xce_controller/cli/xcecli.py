@@ -27,7 +27,7 @@ from xce_controller.cli.text import code as _code
 from xce_controller.cli.text import size
 from xce_controller.cli.text import table as _table
 from xce_controller.cli.text import when as _when
-from xce_controller.cli.waiting import close_progress, drain_progress, follow
+from xce_controller.cli.waiting import WaitInterrupted, close_progress, drain_progress, follow
 from xce_controller.core.model import AdminAction
 from xce_protocol import names, replicas
 from xce_protocol.durations import Duration
@@ -387,19 +387,23 @@ def open_(client: Client, name: str) -> None:
 _WAIT = click.option(
     "--wait",
     is_flag=True,
-    help="Follow the host until its jobs are gone; exit 0 if it got there, 1 if not.",
+    help="Follow the host until its jobs are gone; exit 0 if it got there, 1 if not "
+    "(130 on Ctrl-C: what was asked still stands).",
 )
 _REASON = click.option("--reason", default="", help="Why (kept in the host's history).")
 
 
-def _wait(client: Client, name: str, progress: Any) -> None:
-    follow(
-        lambda: client.call("GET", f"/v1/hosts/{name}"),
-        progress,
-        lambda line: click.echo(printable(line)),
-        time.time,
-        time.sleep,  # the poll interval, not a synchronisation
-    )
+def _wait(client: Client, name: str, progress: Any, asked: str) -> None:
+    try:
+        follow(
+            lambda: client.call("GET", f"/v1/hosts/{name}"),
+            progress,
+            lambda line: click.echo(printable(line)),
+            time.time,
+            time.sleep,  # the poll interval, not a synchronisation
+        )
+    except KeyboardInterrupt:
+        raise WaitInterrupted(f"{name}: stopped waiting; the {asked} stands") from None
 
 
 @main.command()
@@ -411,7 +415,7 @@ def close(client: Client, name: str, reason: str, wait: bool) -> None:
     """Close a host to new work (--wait: until its running jobs ended)."""
     _control(client, name, AdminAction.CLOSE, {"reason": reason} if reason else {})
     if wait:
-        _wait(client, name, close_progress)
+        _wait(client, name, close_progress, "close")
 
 
 @main.command()
@@ -445,7 +449,7 @@ def decommission(
         body["policy"] = policy
     _control(client, name, AdminAction.DECOMMISSION, body)
     if wait:
-        _wait(client, name, drain_progress)
+        _wait(client, name, drain_progress, "decommission")
 
 
 @main.command("to-return")
