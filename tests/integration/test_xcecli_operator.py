@@ -284,17 +284,26 @@ def test_a_command_without_a_token_says_which_options_give_one(ctl: ControllerPr
     assert mistaken.stderr.strip() == "xcecli: 401: admin token missing or wrong"
 
 
+# xcecli as in a terminal, where Ctrl-C raises KeyboardInterrupt (a background job of a
+# non-interactive shell, as tests may be run from, inherits SIGINT ignored).
+INTERRUPTIBLE = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'xcecli'; runpy.run_module('xce_controller.cli.xcecli', run_name='__main__')"
+)
+
+
+WAIT = ("decommission", "n6", "--wait")
+
+
 def test_ctrl_c_stops_the_wait_with_130_and_the_decommission_stands(
     ctl: ControllerProcess,
 ) -> None:
     running_job(ctl, "n6", join(ctl, "n6", "i-6"))
     waiting = subprocess.Popen(
-        [*CLI, "--url", ctl.url, "--token", "adm1n", "decommission", "n6", "--wait"],
+        [sys.executable, "-c", INTERRUPTIBLE, "--url", ctl.url, "--token", "adm1n", *WAIT],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        # As in a terminal: a shell's background job would ignore SIGINT.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert waiting.stdout is not None
     assert waiting.stdout.readline().startswith("n6: draining")
