@@ -257,6 +257,7 @@ def config_keys(load: Callable[[Path], Any], sample: str, tmp: Path) -> list[tup
     one of each nested section: the checker is recorded, not a list kept by hand."""
     from xce_protocol import validation
     from xce_protocol.errors import ConfigError
+    from xce_provisioner.config import ConfigError as ProvisionerConfigError
 
     seen: dict[str, str] = {}
     original_get, original_allowed = validation.Checker._get, validation.Checker.allowed_keys
@@ -278,9 +279,14 @@ def config_keys(load: Callable[[Path], Any], sample: str, tmp: Path) -> list[tup
         stack.enter_context(
             mock.patch.object(validation.Checker, "allowed_keys", recording_allowed)
         )
-        stack.enter_context(contextlib.suppress(ConfigError))  # only the keys asked for count
+        # Only the keys asked for count (the provisioner has its own ConfigError).
+        stack.enter_context(contextlib.suppress(ConfigError, ProvisionerConfigError))
         load(tmp)
-    return sorted((key.replace("roles.worker", "roles.ROLE"), what) for key, what in seen.items())
+    named = {
+        key.replace("roles.worker", "roles.ROLE").replace("[0]", "[N]"): what
+        for key, what in seen.items()
+    }
+    return sorted(named.items())
 
 
 AGENT_SAMPLE = """\
@@ -310,6 +316,21 @@ limits: {}
 """
 
 
+PROVISIONER_SAMPLE = """\
+controller: {url: "https://controller.example:7870", token_file: /nonexistent/token}
+bmcs:
+  NAME: {url: "https://bmc.example"}
+machines:
+  - {name: node1, instance_id: i-1, template: default, bmc: NAME, system: /redfish/v1/Systems/1}
+"""
+
+
+def _provisioner_config(path: Path) -> Any:
+    from xce_provisioner.config import load
+
+    return load(path)
+
+
 def _agent_config(path: Path) -> Any:
     from xce_agent.config.agent import load_config
 
@@ -328,7 +349,8 @@ def reference(tmp: Path) -> str:
         "",
         "Generated from the code by `packaging/python/clidocs.py reference docs/reference.md`;",
         "a test regenerates it and fails when it differs. What each does and why is in",
-        "[operations.md](operations.md) (the agent) and [controller.md](controller.md). A key",
+        "[operations.md](operations.md) (the agent), [controller.md](controller.md) and",
+        "[provisioner.md](provisioner.md). A key",
         "marked (required) must be there once the mapping it belongs to is.",
         "",
     ]
@@ -342,6 +364,11 @@ def reference(tmp: Path) -> str:
     for title, load, sample in (
         ("Agent config (`/etc/xce/agent.yaml`)", _agent_config, AGENT_SAMPLE),
         ("Cluster config (`xce-controller serve --config`)", _cluster_config, CONTROLLER_SAMPLE),
+        (
+            "Provisioner config (`xce-provisioner run --config`)",
+            _provisioner_config,
+            PROVISIONER_SAMPLE,
+        ),
     ):
         out += [f"## {title}", "", "| key | expects |", "|---|---|"]
         for key, expects in config_keys(load, sample, tmp):
@@ -349,7 +376,7 @@ def reference(tmp: Path) -> str:
         out.append("")
     out.append(
         "`NAME` stands for a name you choose (a component, a template, a lease); `ROLE` for a "
-        "role (worker, provisioner, reverse-proxy)."
+        "role (worker, provisioner, reverse-proxy); `[N]` for each item of a list."
     )
     return "\n".join(out) + "\n"
 

@@ -57,6 +57,13 @@ def test_the_committed_reference_is_what_the_code_says(tmp_path: Path) -> None:
     )
 
 
+def test_the_reference_has_every_config_key_of_the_provisioner_too(tmp_path: Path) -> None:
+    text = clidocs.reference(tmp_path / "config.yaml")
+    section = text.split("## Provisioner config (`xce-provisioner run --config`)\n")[1]
+    for key in ("controller.token_file", "bmcs.NAME.url", "machines[N].system", "idle_after"):
+        assert f"| `{key}` |" in section, key
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_each_man_page_lists_every_verb_with_its_options(name: str) -> None:
     program = PROGRAMS[name]
