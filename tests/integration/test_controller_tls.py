@@ -265,6 +265,9 @@ def test_xcecli_trusts_a_private_ca_and_shows_a_client_certificate_by_its_option
         closed = _xcecli(ctl.url, *token, "--ca-file", str(ca.cert), "hosts")
         assert closed.returncode == 3
         assert "(--client-cert-file, --client-key-file)" in closed.stderr, closed.stderr
+        plain = _xcecli(ctl.url.replace("https://", "http://"), *token, "hosts")
+        assert plain.returncode == 3
+        assert plain.stderr.strip().endswith(": is it HTTPS there (https://)?"), plain.stderr
         ok = _xcecli(ctl.url, *token, "--ca-file", str(ca.cert), *pair, "hosts")
         assert ok.returncode == 0 and ok.stdout.startswith("HOST"), ok.stderr
         # The same by environment variables, and REQUESTS_CA_BUNDLE does not override them.

@@ -238,6 +238,7 @@ def test_an_unreachable_controller_is_named_refused_timed_out_or_tls(
     )
     tls = xcecli(ctl.url.replace("http://", "https://"), "hosts")
     assert tls.returncode == 3 and "TLS failed (" in tls.stderr, tls.stderr
+    assert tls.stderr.strip().endswith(": is it plain HTTP there (http://)?"), tls.stderr
     with socket.socket() as silent:  # accepts connections (the backlog), never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
