@@ -70,7 +70,13 @@ PROGRAMS = (
         "xce-agent",
         "node agent of elastic XCE batch scheduler hosts",
         _agent,
-        environment=(("XCE_AGENT_CONFIG", "The config file when --config is not given."),),
+        environment=(
+            ("XCE_AGENT_CONFIG", "The config file when --config is not given."),
+            (
+                "XCE_AGENT_CGROUP",
+                "A cgroup v2 directory the caller created and owns, for running outside systemd.",
+            ),
+        ),
         files=(
             ("/etc/xce/agent.yaml", "The config (--config or XCE_AGENT_CONFIG select another)."),
             ("/var/lib/xce-agent", "The state directory."),
@@ -84,6 +90,11 @@ PROGRAMS = (
         "xce-controller",
         "reference controller of the XCE elastic-host lifecycle",
         _controller,
+        environment=(
+            ("XCE_CONTROLLER_TLS_CERT", "serve --tls-cert: the PEM certificate chain."),
+            ("XCE_CONTROLLER_TLS_KEY", "serve --tls-key: its unencrypted PEM key."),
+            ("XCE_CONTROLLER_TLS_CLIENT_CA", "serve --tls-client-ca: the clients' PEM CA."),
+        ),
         files=(
             ("/etc/xce/controller.yaml", "The cluster config of the packaged service."),
             ("/var/lib/xce-controller", "The database and the tokens it generated."),

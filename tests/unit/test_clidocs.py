@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import click
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +49,25 @@ def test_every_installed_command_has_its_page_completion_and_package() -> None:
         installed.update({name: package for name in project.get("scripts", {})})
     assert "xce-provisioner" in installed
     assert {p.name: p.package for p in clidocs.PROGRAMS} == installed
+
+
+def _envvars(group: click.Group) -> set[str]:
+    found: set[str] = set()
+    for command in [group, *group.commands.values()]:
+        for param in command.params:
+            envvar = param.envvar
+            names = list(envvar) if isinstance(envvar, (list, tuple)) else [envvar]
+            found |= {str(name) for name in names if name}
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_each_man_page_names_every_environment_variable_an_option_reads(name: str) -> None:
+    program = PROGRAMS[name]
+    page = clidocs.man_page(program, "1.0")
+    environment = page.split(".SH ENVIRONMENT\n")[1].split(".SH ")[0] if ".SH ENV" in page else ""
+    for variable in sorted(_envvars(program.load())):
+        assert f".B {clidocs._roff(variable)}\n" in environment, variable
 
 
 def test_the_committed_reference_is_what_the_code_says(tmp_path: Path) -> None:
