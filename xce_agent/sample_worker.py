@@ -6,11 +6,12 @@ processes (never more than the template's slots), reports their start and end, a
 with DECOMMISSIONED_EXIT when its (re)join is refused because the host was decommissioned.
 It reads what the agent handed it: XCE_TEMPLATE_FILE, XCE_HOST_NAME, XCE_INSTANCE_ID,
 XCE_CONTROLLER_URL, XCE_CONTROLLER_CA_FILE (the agent's `ca_file`, for an https controller
-whose certificate a private CA signed) and XCE_CREDENTIAL_FILE (the token for its own requests:
-read once, kept in memory). Jobs get a clean environment (a fixed PATH, their HOME and user,
-XCE_JOB_ID): nothing of the worker's, so neither the credential nor its path. The worker also
-makes itself non-dumpable, so a job running as the same user cannot read its memory through
-/proc.
+whose certificate a private CA signed), XCE_CONTROLLER_CLIENT_CERT_FILE and _KEY_FILE (the
+agent's client certificate, for a controller that requires one) and XCE_CREDENTIAL_FILE (the
+token for its own requests: read once, kept in memory). Jobs get a clean environment (a fixed
+PATH, their HOME and user, XCE_JOB_ID): nothing of the worker's, so neither the credential nor
+its path. The worker also makes itself non-dumpable, so a job running as the same user cannot
+read its memory through /proc.
 Nothing a job or the controller says kills it: a job that cannot start is reported as finished
 with code 127, malformed jobs are skipped, and watches start at least MIN_WATCH_GAP apart.
 """
@@ -111,6 +112,11 @@ class SampleWorker:
         self.session = requests.Session()
         # Given on every request: requests lets REQUESTS_CA_BUNDLE override a session's verify.
         self.verify: str | bool = env.get("XCE_CONTROLLER_CA_FILE") or True
+        cert, key = (
+            env.get("XCE_CONTROLLER_CLIENT_CERT_FILE"),
+            env.get("XCE_CONTROLLER_CLIENT_KEY_FILE"),
+        )
+        self.cert = (cert, key) if cert and key else None  # for a controller that requires one
         token = read_credential(env)
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
@@ -138,7 +144,13 @@ class SampleWorker:
     def _one(self, url: str, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         # Like the agent, never follow a redirect: only the configured controller is heard.
         with self.session.request(
-            method, url + path, allow_redirects=False, stream=True, verify=self.verify, **kw
+            method,
+            url + path,
+            allow_redirects=False,
+            stream=True,
+            verify=self.verify,
+            cert=self.cert,
+            **kw,
         ) as response:
             return response.status_code, read_json(response)
 

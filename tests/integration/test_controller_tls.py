@@ -47,6 +47,20 @@ def served_certificate(port: int, ca: Path) -> str:
     return str(names["commonName"])
 
 
+def runs_a_job(ctl: ControllerProcess, host: str) -> None:
+    """A job submitted for `host` is run by its worker, which talks to the controller itself."""
+    options: dict[str, Any] = {"headers": ctl.admin_headers(), "verify": ctl.verify, "timeout": 5}
+    options["cert"] = ctl.client_cert
+    job = {"command": ["true"], "host": host}
+    submitted = requests.post(ctl.url + "/v1/jobs", json=job, **options).json()
+
+    def state() -> str:
+        jobs = requests.get(ctl.url + "/v1/jobs", **options).json()
+        return str(next(j["state"] for j in jobs if j["id"] == submitted["id"]))
+
+    wait_for(lambda: state() == "done", 30)
+
+
 def contact(agent: AgentProcess) -> dict[str, str]:
     return dict(agent.state().get("controller", {}))
 
@@ -88,22 +102,7 @@ def test_an_agent_joins_over_https_once_its_ca_file_trusts_the_controller(tmp_pa
             assert host["state"] == "open" and host["instance_id"] == "i-1"
             assert contact(agent)["state"] == "connected"
             # The worker trusts the controller too (XCE_CONTROLLER_CA_FILE): it runs a job.
-            submitted = requests.post(
-                ctl.url + "/v1/jobs",
-                json={"command": ["true"], "host": "node1"},
-                headers=ctl.admin_headers(),
-                verify=ctl.verify,
-                timeout=5,
-            ).json()
-            job_url = f"{ctl.url}/v1/jobs"
-
-            def job_state() -> str:
-                jobs = requests.get(
-                    job_url, headers=ctl.admin_headers(), verify=ctl.verify, timeout=5
-                ).json()
-                return str(next(j["state"] for j in jobs if j["id"] == submitted["id"]))
-
-            wait_for(lambda: job_state() == "done", 30)
+            runs_a_job(ctl, "node1")
             # xcecli trusts the CA through the requests library's REQUESTS_CA_BUNDLE.
             env = {**os.environ, "REQUESTS_CA_BUNDLE": str(ca.cert)}
             token = f"{ctl.db}.admin-token"
@@ -187,6 +186,8 @@ def test_a_client_ca_makes_every_client_show_a_certificate_it_signed(tmp_path: P
         try:
             wait_for(agent.worker_pid, 30)
             assert contact(agent)["state"] == "connected"
+            # Its worker shows the same certificate (XCE_CONTROLLER_CLIENT_CERT_FILE, _KEY_FILE).
+            runs_a_job(ctl, "node1")
         finally:
             agent.stop()
     finally:
