@@ -266,6 +266,7 @@ def _check_controller_url(url: str, plain_http: bool) -> None:
 @click.option(
     "--join-deadline",
     default="",
+    metavar="DURATION",  # written into the config as given, after the same check as there
     help="Give up if not accepted this long after the first start (like 15m).",
 )
 @click.option(
