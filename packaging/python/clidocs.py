@@ -111,6 +111,7 @@ PROGRAMS = (
             ("XCE_CONTROLLER_URL", "The controller (default http://127.0.0.1:7870)."),
             ("XCE_ADMIN_TOKEN", "The admin token."),
             ("XCE_ADMIN_TOKEN_FILE", "A file holding it, such as DB.admin-token."),
+            ("XCE_CONTROLLER_TIMEOUT", "How long to wait for the controller's answer."),
             ("XCE_CONTROLLER_CA_FILE", "The CA bundle that signed the controller's certificate."),
             ("XCE_CLIENT_CERT_FILE", "The client certificate shown to the controller."),
             ("XCE_CLIENT_KEY_FILE", "Its key."),

@@ -49,13 +49,13 @@ def served_certificate(port: int, ca: Path) -> str:
 
 def runs_a_job(ctl: ControllerProcess, host: str) -> None:
     """A job submitted for `host` is run by its worker, which talks to the controller itself."""
-    options: dict[str, Any] = {"headers": ctl.admin_headers(), "verify": ctl.verify, "timeout": 5}
+    options: dict[str, Any] = {"headers": ctl.admin_headers(), "verify": ctl.verify}
     options["cert"] = ctl.client_cert
     job = {"command": ["true"], "host": host}
-    submitted = requests.post(ctl.url + "/v1/jobs", json=job, **options).json()
+    submitted = requests.post(ctl.url + "/v1/jobs", json=job, timeout=5, **options).json()
 
     def state() -> str:
-        jobs = requests.get(ctl.url + "/v1/jobs", **options).json()
+        jobs = requests.get(ctl.url + "/v1/jobs", timeout=5, **options).json()
         return str(next(j["state"] for j in jobs if j["id"] == submitted["id"]))
 
     wait_for(lambda: state() == "done", 30)

@@ -246,6 +246,15 @@ def test_an_unreachable_controller_is_named_refused_timed_out_or_tls(
         began = time.monotonic()
         slow = xcecli(url, "--timeout", "500ms", "hosts")
         assert time.monotonic() - began < 20
+        began = time.monotonic()
+        by_env = subprocess.run(
+            [*CLI, "--url", url, "--token", "adm1n", "hosts"],
+            env={**os.environ, "XCE_CONTROLLER_TIMEOUT": "500ms"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert time.monotonic() - began < 20 and by_env.stderr == slow.stderr
     assert slow.returncode == 3
     assert slow.stderr.strip() == f"xcecli: cannot reach {url}: timed out waiting for the answer"
     assert xcecli(ctl.url, "hosts").returncode == 0  # the controller still answers

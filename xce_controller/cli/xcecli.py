@@ -141,10 +141,11 @@ def _unsent(exc: requests.RequestException) -> bool:
 )
 @click.option(
     "--timeout",
+    envvar="XCE_CONTROLLER_TIMEOUT",
     type=Duration(minimum=0.1, maximum=3600),
     default="30s",
     show_default=True,
-    help="How long to wait for the controller's answer (like 5s).",
+    help="How long to wait for the controller's answer, like 5s ($XCE_CONTROLLER_TIMEOUT).",
 )
 @click.option(
     "--ca-file",
