@@ -4,6 +4,7 @@ connection errors, `--version`."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -324,3 +325,19 @@ def test_ctrl_c_stops_the_wait_with_130_and_the_decommission_stands(
     assert err.strip() == "xcecli: n6: stopped waiting; the decommission stands"
     host = requests.get(ctl.url + "/v1/hosts/n6", headers=ADMIN, timeout=10).json()
     assert host["state"] == "draining"
+
+
+LISTINGS = [("hosts",), ("host", "n7"), ("expected",), ("jobs",), ("templates",), ("leases",)]
+
+
+@pytest.mark.parametrize("verb", [*LISTINGS, ("to-return",)])
+def test_every_listing_takes_o_json_as_its_json_flag_says(
+    ctl: ControllerProcess, verb: tuple[str, ...]
+) -> None:
+    join(ctl, "n7", "i-7")
+    flag = xcecli(ctl.url, *verb, "--json")
+    option = xcecli(ctl.url, *verb, "-o", "json")
+    assert flag.returncode == option.returncode == 0, option.stderr
+    assert json.loads(option.stdout) == json.loads(flag.stdout)
+    table = xcecli(ctl.url, *verb, "-o", "table")
+    assert table.returncode == 0 and not table.stdout.lstrip().startswith(("[", "{"))

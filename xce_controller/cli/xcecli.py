@@ -7,11 +7,13 @@ Exit codes: 0 ok; 1 the controller refused (its message printed as one line); 2 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -213,6 +215,25 @@ _OUTPUT = click.option(
 _JSON = click.option("--json", "as_json", is_flag=True, help="The API's records as JSON (-o json).")
 
 
+def _table_or_json(command: Callable[..., None]) -> Callable[..., None]:
+    """`-o table|json` and `--json` on a verb without a wide table: the command gets as_json."""
+
+    @functools.wraps(command)
+    def run(*args: Any, output: str, as_json: bool, **kwargs: Any) -> None:
+        command(*args, as_json=as_json or output == "json", **kwargs)
+
+    choice = click.Choice(["table", "json"])
+    with_json = _JSON(run)
+    return click.option(
+        "-o",
+        "--output",
+        type=choice,
+        default="table",
+        show_default=True,
+        help="json: the API's records.",
+    )(with_json)
+
+
 def _hosts_out(data: list[dict[str, Any]], output: str, as_json: bool) -> None:
     as_json = as_json or output == "json"
     _out(data, as_json, "" if as_json else _host_rows(data, wide=output == "wide"))
@@ -291,7 +312,7 @@ def _field(h: dict[str, Any], key: str) -> str:
 
 @main.command()
 @click.argument("name")
-@_JSON
+@_table_or_json
 @click.pass_obj
 def host(client: Client, name: str, as_json: bool) -> None:
     """Show one host with its provisioning details and state history."""
@@ -455,7 +476,7 @@ def decommission(
 
 @main.command("to-return")
 @click.option("--ack", "ack_id", help="Acknowledge that this instance was returned.")
-@click.option("--json", "as_json", is_flag=True)
+@_table_or_json
 @click.pass_obj
 def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
     """Instances to give back to the provider (overdue, decommissioned, lost)."""
@@ -468,7 +489,7 @@ def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@_JSON
+@_table_or_json
 @click.pass_obj
 def jobs(client: Client, as_json: bool) -> None:
     """List jobs."""
@@ -497,7 +518,7 @@ def cancel(client: Client, job_id: int) -> None:
 
 
 @main.command()
-@_JSON
+@_table_or_json
 @click.pass_obj
 def templates(client: Client, as_json: bool) -> None:
     """List the config's host templates and how many live hosts use each."""
@@ -538,7 +559,7 @@ def _is_lease(value: Any) -> bool:
 
 
 @main.command()
-@_JSON
+@_table_or_json
 @click.pass_obj
 def leases(client: Client, as_json: bool) -> None:
     """Leases: holder, fencing token and expiry."""
