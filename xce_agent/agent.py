@@ -24,7 +24,7 @@ from xce_agent.components.prestart import PreStart
 from xce_agent.components.records import component_records
 from xce_agent.config.agent import AgentConfig
 from xce_agent.controller.credential import CredentialStore
-from xce_agent.controller.handoff import Handoff, HandoffRunner
+from xce_agent.controller.handoff import Handoff, HandoffRunner, tls_environment
 from xce_agent.controller.join_guard import JoinGuard
 from xce_agent.controller.lease_client import HttpLeaseCalls
 from xce_agent.controller.planned_stop import PlannedStop
@@ -101,6 +101,7 @@ class Agent:
             reader_of(workers),
             ",".join(ctl.urls) if ctl else "",  # XCE_CONTROLLER_URL: xcecli's list form
             self.stored.worker_secret or None if self.stored else None,
+            tls_environment(ctl),
         )
         if runner is None:
             self.containment = containment or cgroups.detect(config.state_directory.resolve())

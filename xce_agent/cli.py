@@ -80,7 +80,9 @@ def run(config_file: str | None) -> None:
 # No path_type: click 7 (Debian 11, the Python 3.9 distributions) does not have it. Not
 # readable: a directory only root may read is the "needs root" line below, not a usage error.
 @click.option("--state-dir", type=click.Path(readable=False), help="Read state from here.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Machine-readable output (times in RFC 3339, UTC)."
+)
 def status(config_file: str | None, state_dir: str | None, as_json: bool) -> None:
     """Show the agent's state: lifecycle, components, controller contact."""
     from xce_agent.operator.status import render_status
@@ -103,7 +105,9 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
     live = live_agent(state.agent)
     unsaved = _unsaved(directory) if live else ""
     if as_json:
-        data = state.to_json()
+        from xce_agent.operator.status_json import with_rfc3339_times
+
+        data = with_rfc3339_times(state.to_json())
         data["agent_running"] = live
         data["stale"] = not live or bool(unsaved)
         data["state_unwritable"] = unsaved
@@ -299,6 +303,7 @@ def _check_controller_url(url: str, plain_http: bool) -> None:
 @click.option(
     "--join-deadline",
     default="",
+    metavar="DURATION",  # written into the config as given, after the same check as there
     help="Give up if not accepted this long after the first start (like 15m).",
 )
 @click.option(

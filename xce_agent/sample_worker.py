@@ -5,10 +5,13 @@ agent's join obtained), runs the jobs dispatched to its host as child
 processes (never more than the template's slots), reports their start and end, and exits
 with DECOMMISSIONED_EXIT when its (re)join is refused because the host was decommissioned.
 It reads what the agent handed it: XCE_TEMPLATE_FILE, XCE_HOST_NAME, XCE_INSTANCE_ID,
-XCE_CONTROLLER_URL and XCE_CREDENTIAL_FILE (the token for its own requests: read once, kept in
-memory). Jobs get a clean environment (a fixed PATH, their HOME and user, XCE_JOB_ID): nothing
-of the worker's, so neither the credential nor its path. The worker also makes itself
-non-dumpable, so a job running as the same user cannot read its memory through /proc.
+XCE_CONTROLLER_URL, XCE_CONTROLLER_CA_FILE (the agent's `ca_file`, for an https controller
+whose certificate a private CA signed), XCE_CONTROLLER_CLIENT_CERT_FILE and _KEY_FILE (the
+agent's client certificate, for a controller that requires one) and XCE_CREDENTIAL_FILE (the
+token for its own requests: read once, kept in memory). Jobs get a clean environment (a fixed
+PATH, their HOME and user, XCE_JOB_ID): nothing of the worker's, so neither the credential nor
+its path. The worker also makes itself non-dumpable, so a job running as the same user cannot
+read its memory through /proc.
 Nothing a job or the controller says kills it: a job that cannot start is reported as finished
 with code 127, malformed jobs are skipped, and watches start at least MIN_WATCH_GAP apart.
 """
@@ -21,6 +24,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -106,6 +110,13 @@ class SampleWorker:
         self.current = 0
         self.env = env
         self.session = requests.Session()
+        # Given on every request: requests lets REQUESTS_CA_BUNDLE override a session's verify.
+        self.verify: str | bool = env.get("XCE_CONTROLLER_CA_FILE") or True
+        cert, key = (
+            env.get("XCE_CONTROLLER_CLIENT_CERT_FILE"),
+            env.get("XCE_CONTROLLER_CLIENT_KEY_FILE"),
+        )
+        self.cert = (cert, key) if cert and key else None  # for a controller that requires one
         token = read_credential(env)
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
@@ -133,7 +144,13 @@ class SampleWorker:
     def _one(self, url: str, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         # Like the agent, never follow a redirect: only the configured controller is heard.
         with self.session.request(
-            method, url + path, allow_redirects=False, stream=True, **kw
+            method,
+            url + path,
+            allow_redirects=False,
+            stream=True,
+            verify=self.verify,
+            cert=self.cert,
+            **kw,
         ) as response:
             return response.status_code, read_json(response)
 
@@ -277,6 +294,29 @@ def _well_formed(job: Any) -> bool:
     return isinstance(command, list) and bool(command) and all(isinstance(a, str) for a in command)
 
 
+def unreachable(exc: requests.RequestException) -> str:
+    """Why no answer came, as an operator reads it (the TLS reason named)."""
+    if isinstance(exc, requests.exceptions.SSLError):
+        seen: set[int] = set()
+        todo: list[object] = [exc]
+        while todo:  # the ssl error is kept a few exceptions deep
+            item = todo.pop()
+            if not isinstance(item, BaseException) or id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, ssl.SSLCertVerificationError):
+                return f"TLS failed ({item.verify_message}; XCE_CONTROLLER_CA_FILE: {ca_shown()})"
+            todo += [*item.args, getattr(item, "reason", None), item.__cause__, item.__context__]
+        return "TLS failed"
+    if isinstance(exc, requests.exceptions.Timeout):
+        return "timed out"
+    return f"connection failed ({type(exc).__name__})"
+
+
+def ca_shown() -> str:
+    return os.environ.get("XCE_CONTROLLER_CA_FILE") or "not set"
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
     not_dumpable()
@@ -291,13 +331,13 @@ def main() -> int:
             if worker.join():
                 break
         except requests.RequestException as exc:
-            log.warning("controller unreachable: %s", type(exc).__name__)
+            log.warning("controller unreachable: %s", unreachable(exc))
         time.sleep(1)
     while not worker.stopping:
         try:
             worker.step()
         except requests.RequestException as exc:
-            log.warning("controller unreachable: %s", type(exc).__name__)
+            log.warning("controller unreachable: %s", unreachable(exc))
             time.sleep(1)
         worker.reap()
     log.info("stopping: %d jobs running", len(worker.running))

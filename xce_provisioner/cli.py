@@ -14,6 +14,7 @@ from types import FrameType
 
 import click
 
+from xce_provisioner import __version__
 from xce_provisioner.config import Config, ConfigError, load
 from xce_provisioner.controller import ControllerClient, Lease
 from xce_provisioner.drivers.base import DriverError, PowerDriver
@@ -48,12 +49,26 @@ def _lease() -> Lease:
 
 
 @click.group()
+@click.version_option(__version__, prog_name="xce-provisioner")
 def main() -> None:
-    """The reference provisioner: powers on-premise machines on and off for the controller."""
+    """The reference provisioner: powers the on-premise machines of its inventory on and off,
+    through their BMCs' Redfish service, as the controller's records of them say: on when a
+    machine is expected, a graceful shutdown (forced off after a timeout) and the return when
+    it was decommissioned or lost, one power cycle when it is overdue for its join. It runs as
+    the component of an xce-agent's provisioner role, under its lease."""
+
+
+_CONFIG = click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The provisioner's config (like /etc/xce/provisioner.yaml).",
+)
 
 
 @main.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
+@_CONFIG
 def check(config_path: str) -> None:
     """Check the config; print its problems."""
     cfg = _config(config_path)
@@ -61,7 +76,7 @@ def check(config_path: str) -> None:
 
 
 @main.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False))
+@_CONFIG
 def run(config_path: str) -> None:
     """Reconcile the machines' power with the controller's records until stopped."""
     logging.basicConfig(

@@ -2,13 +2,13 @@
 """Man pages, shell completion and docs/reference.md, written from the click commands and the
 config checkers themselves, so none of them can say something the code does not do.
 
-usage: clidocs.py man OUTDIR          xce-agent.1, xce-controller.1, xcecli.1
-       clidocs.py completion OUTDIR   bash/, zsh/ and fish/ completion of the three commands
+usage: clidocs.py man OUTDIR          xce-agent.1, xce-controller.1, xcecli.1, xce-provisioner.1
+       clidocs.py completion OUTDIR   bash/, zsh/ and fish/ completion of the four commands
        clidocs.py reference [FILE]    every command and config key as Markdown (docs/reference.md)
 
 The package builds (packaging/debian/rules, packaging/rpm/xce-agent.spec) run `man` and
 `completion`; tests/unit/test_clidocs.py regenerates the reference and compares it with the
-committed one. Run from the top of the tree (it imports the three packages from there).
+committed one. Run from the top of the tree (it imports the four packages from there).
 """
 
 from __future__ import annotations
@@ -58,13 +58,25 @@ def _xcecli() -> click.Group:
     return main
 
 
+def _provisioner() -> click.Group:
+    from xce_provisioner.cli import main
+
+    return main
+
+
 PROGRAMS = (
     Program(
         "xce-agent",
         "xce-agent",
         "node agent of elastic XCE batch scheduler hosts",
         _agent,
-        environment=(("XCE_AGENT_CONFIG", "The config file when --config is not given."),),
+        environment=(
+            ("XCE_AGENT_CONFIG", "The config file when --config is not given."),
+            (
+                "XCE_AGENT_CGROUP",
+                "A cgroup v2 directory the caller created and owns, for running outside systemd.",
+            ),
+        ),
         files=(
             ("/etc/xce/agent.yaml", "The config (--config or XCE_AGENT_CONFIG select another)."),
             ("/var/lib/xce-agent", "The state directory."),
@@ -78,6 +90,11 @@ PROGRAMS = (
         "xce-controller",
         "reference controller of the XCE elastic-host lifecycle",
         _controller,
+        environment=(
+            ("XCE_CONTROLLER_TLS_CERT", "serve --tls-cert: the PEM certificate chain."),
+            ("XCE_CONTROLLER_TLS_KEY", "serve --tls-key: its unencrypted PEM key."),
+            ("XCE_CONTROLLER_TLS_CLIENT_CA", "serve --tls-client-ca: the clients' PEM CA."),
+        ),
         files=(
             ("/etc/xce/controller.yaml", "The cluster config of the packaged service."),
             ("/var/lib/xce-controller", "The database and the tokens it generated."),
@@ -94,10 +111,39 @@ PROGRAMS = (
             ("XCE_CONTROLLER_URL", "The controller (default http://127.0.0.1:7870)."),
             ("XCE_ADMIN_TOKEN", "The admin token."),
             ("XCE_ADMIN_TOKEN_FILE", "A file holding it, such as DB.admin-token."),
+            ("XCE_CONTROLLER_TIMEOUT", "How long to wait for the controller's answer."),
+            ("XCE_CONTROLLER_CA_FILE", "The CA bundle that signed the controller's certificate."),
+            ("XCE_CLIENT_CERT_FILE", "The client certificate shown to the controller."),
+            ("XCE_CLIENT_KEY_FILE", "Its key."),
         ),
         exit_status="0 success (with --wait: the host got there); 1 the controller refused, "
-        "or the host ended elsewhere; 2 usage error; 3 the controller could not be reached.",
+        "or the host ended elsewhere; 2 usage error; 3 the controller could not be reached; "
+        "130 --wait interrupted (Ctrl-C; what was asked still stands).",
         see_also=("xce-controller", "xce-agent"),
+    ),
+    Program(
+        "xce-provisioner",
+        "xce-provisioner",
+        "reference provisioner of XCE elastic hosts, through Redfish",
+        _provisioner,
+        environment=(
+            ("XCE_LEASE_NAME", "The lease it runs under (the agent sets it)."),
+            (
+                "XCE_LEASE_TOKEN",
+                "The lease's fencing token, carried by every step; the controller refuses a "
+                "step whose token is not current.",
+            ),
+        ),
+        files=(
+            (
+                "/etc/xce/provisioner.yaml",
+                "The config (--config): the controller, the BMCs (credentials in files), "
+                "the machines.",
+            ),
+        ),
+        exit_status="0 stopped; 2 a problem of the config or the command line; 75 the "
+        "controller said the lease belongs to another holder now.",
+        see_also=("xce-agent", "xcecli"),
     ),
 )
 
@@ -223,6 +269,7 @@ def config_keys(load: Callable[[Path], Any], sample: str, tmp: Path) -> list[tup
     one of each nested section: the checker is recorded, not a list kept by hand."""
     from xce_protocol import validation
     from xce_protocol.errors import ConfigError
+    from xce_provisioner.config import ConfigError as ProvisionerConfigError
 
     seen: dict[str, str] = {}
     original_get, original_allowed = validation.Checker._get, validation.Checker.allowed_keys
@@ -244,9 +291,14 @@ def config_keys(load: Callable[[Path], Any], sample: str, tmp: Path) -> list[tup
         stack.enter_context(
             mock.patch.object(validation.Checker, "allowed_keys", recording_allowed)
         )
-        stack.enter_context(contextlib.suppress(ConfigError))  # only the keys asked for count
+        # Only the keys asked for count (the provisioner has its own ConfigError).
+        stack.enter_context(contextlib.suppress(ConfigError, ProvisionerConfigError))
         load(tmp)
-    return sorted((key.replace("roles.worker", "roles.ROLE"), what) for key, what in seen.items())
+    named = {
+        key.replace("roles.worker", "roles.ROLE").replace("[0]", "[N]"): what
+        for key, what in seen.items()
+    }
+    return sorted(named.items())
 
 
 AGENT_SAMPLE = """\
@@ -276,6 +328,21 @@ limits: {}
 """
 
 
+PROVISIONER_SAMPLE = """\
+controller: {url: "https://controller.example:7870", token_file: /nonexistent/token}
+bmcs:
+  NAME: {url: "https://bmc.example"}
+machines:
+  - {name: node1, instance_id: i-1, template: default, bmc: NAME, system: /redfish/v1/Systems/1}
+"""
+
+
+def _provisioner_config(path: Path) -> Any:
+    from xce_provisioner.config import load
+
+    return load(path)
+
+
 def _agent_config(path: Path) -> Any:
     from xce_agent.config.agent import load_config
 
@@ -294,7 +361,8 @@ def reference(tmp: Path) -> str:
         "",
         "Generated from the code by `packaging/python/clidocs.py reference docs/reference.md`;",
         "a test regenerates it and fails when it differs. What each does and why is in",
-        "[operations.md](operations.md) (the agent) and [controller.md](controller.md). A key",
+        "[operations.md](operations.md) (the agent), [controller.md](controller.md) and",
+        "[provisioner.md](provisioner.md). A key",
         "marked (required) must be there once the mapping it belongs to is.",
         "",
     ]
@@ -308,6 +376,11 @@ def reference(tmp: Path) -> str:
     for title, load, sample in (
         ("Agent config (`/etc/xce/agent.yaml`)", _agent_config, AGENT_SAMPLE),
         ("Cluster config (`xce-controller serve --config`)", _cluster_config, CONTROLLER_SAMPLE),
+        (
+            "Provisioner config (`xce-provisioner run --config`)",
+            _provisioner_config,
+            PROVISIONER_SAMPLE,
+        ),
     ):
         out += [f"## {title}", "", "| key | expects |", "|---|---|"]
         for key, expects in config_keys(load, sample, tmp):
@@ -315,7 +388,7 @@ def reference(tmp: Path) -> str:
         out.append("")
     out.append(
         "`NAME` stands for a name you choose (a component, a template, a lease); `ROLE` for a "
-        "role (worker, provisioner, reverse-proxy)."
+        "role (worker, provisioner, reverse-proxy); `[N]` for each item of a list."
     )
     return "\n".join(out) + "\n"
 

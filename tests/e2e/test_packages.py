@@ -83,6 +83,7 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
         ("xce-agent", "xce-agent"),
         ("xce-controller", "xce-controller"),
         ("xce-controller", "xcecli"),
+        ("xce-provisioner", "xce-provisioner"),
     ):
         assert f"usr/share/man/man1/{command}.1.gz" in files[package]
         for where in (
@@ -95,6 +96,9 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
     roff = gzip.decompress(page.read_bytes()).decode()
     for verb in ("why", "events", "leases", "templates", "cancel", "decommission"):
         assert f".B xcecli {verb} " in roff, verb
+    page = _unpacked(debs["xce-provisioner"], tmp_path / "prov") / "usr/share/man/man1"
+    roff = gzip.decompress((page / "xce-provisioner.1.gz").read_bytes()).decode()
+    assert ".B xce\\-provisioner run " in roff and "XCE_LEASE_TOKEN" in roff  # generated
     assert "./usr/bin/xce-agent" in files["xce-agent"] and "xcecli" not in files["xce-agent"]
     for path in (
         "lib/systemd/system/xce-controller.service",
@@ -109,6 +113,9 @@ def test_debs_build_with_distro_dependencies_and_pass_lintian(tmp_path: Path) ->
     for name, paths in EXAMPLES.items():
         for path in paths:
             assert f"./usr/share/doc/{name}/{path}" in files[name], (name, path)
+    for name in ("xce-agent", "xce-controller"):  # what changed, and what works together
+        assert f"./usr/share/doc/{name}/CHANGELOG.md.gz" in files[name]
+        assert f"./usr/share/doc/{name}/upgrades.md" in files[name]
     scripts = _run("dpkg-deb", "-I", debs["xce-agent"], "prerm")
     assert 'if [ "$1" = "remove" ]' in scripts and "xce-agent stop" in scripts
     changes = next(tmp_path.glob("*.changes"))
@@ -152,11 +159,15 @@ def test_rpms_target_python_39_with_their_requires_and_pass_rpmlint(tmp_path: Pa
         for path in paths:
             where = rf"^/usr/share/doc/{name}(-0\.2\.0)?/{re.escape(path)}$"
             assert re.search(where, files[name], re.M), (name, path)
-    for name in ("xce-controller", "xcecli"):
-        assert f"/usr/share/man/man1/{name}.1.gz" in files["xce-controller"]
-        assert f"/usr/share/bash-completion/completions/{name}" in files["xce-controller"]
-        assert f"/usr/share/zsh/site-functions/_{name}" in files["xce-controller"]
-        assert f"/usr/share/fish/vendor_completions.d/{name}.fish" in files["xce-controller"]
+    for name, package in (
+        ("xce-controller", "xce-controller"),
+        ("xcecli", "xce-controller"),
+        ("xce-provisioner", "xce-provisioner"),
+    ):
+        assert f"/usr/share/man/man1/{name}.1.gz" in files[package]
+        assert f"/usr/share/bash-completion/completions/{name}" in files[package]
+        assert f"/usr/share/zsh/site-functions/_{name}" in files[package]
+        assert f"/usr/share/fish/vendor_completions.d/{name}.fish" in files[package]
     unpacked = tmp_path / "unpacked"
     unpacked.mkdir()
     archive = subprocess.run(["rpm2cpio", rpms["xce-agent"]], capture_output=True, check=True)

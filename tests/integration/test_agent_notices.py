@@ -20,7 +20,7 @@ from tests.integration.agents import SAMPLE_WORKER, AgentProcess
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
 from tests.metadata_emulator import Emulator, rfc1123, spot
-from xce_protocol.times import times_to_epoch
+from xce_protocol.times import parse_time, times_to_epoch
 
 CLUSTER = """\
 version: 1
@@ -240,9 +240,11 @@ def test_status_shows_the_pending_notice_and_nothing_once_it_ended(world: World)
         "aws",
         "aws-spot",
     )
-    assert abs(shown["deadline"] - int(when)) <= 1
-    assert applied.wall - 1 <= shown["since"] <= time.time()
-    acts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(shown["deadline"]))
+    deadline, since = parse_time(shown["deadline"]), parse_time(shown["since"])  # RFC 3339
+    assert isinstance(shown["deadline"], str) and deadline is not None and since is not None
+    assert abs(deadline - int(when)) <= 1
+    assert applied.wall - 1 <= since <= time.time()
+    acts = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(deadline))
     assert f"notice:      preemption [aws aws-spot]: platform acts at {acts} (in " in status()
     world.emulator.change({"aws.spot": None})
     wait_for(lambda: pending() == [], timeout=10)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integration.helpers import alive, wait_for
+from xce_protocol.times import parse_time
 
 AGENT = [sys.executable, "-m", "xce_agent"]
 WORKER = "import time\nprint('worker up', flush=True)\ntime.sleep(600)\n"
@@ -125,7 +128,13 @@ def test_restarted_agent_adopts_the_running_worker(tmp_path: Path, notify: Notif
             text=True,
             check=True,
         )
-        assert json.loads(status.stdout)["components"][0]["pid"] == pid
+        shown = json.loads(status.stdout)
+        assert shown["components"][0]["pid"] == pid
+        # Times as the API writes them: RFC 3339 in UTC, not seconds since the epoch.
+        for stamp in (shown["updated_at"], shown["agent"]["started_at"]):
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), stamp
+        since = parse_time(shown["components"][0]["since"])
+        assert since is not None and abs(since - time.time()) < 600
         assert "very-secret-token" not in status.stdout
         human = subprocess.run(
             [*AGENT, "status", "--config", str(config)], capture_output=True, text=True, check=True

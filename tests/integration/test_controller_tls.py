@@ -47,6 +47,20 @@ def served_certificate(port: int, ca: Path) -> str:
     return str(names["commonName"])
 
 
+def runs_a_job(ctl: ControllerProcess, host: str) -> None:
+    """A job submitted for `host` is run by its worker, which talks to the controller itself."""
+    options: dict[str, Any] = {"headers": ctl.admin_headers(), "verify": ctl.verify}
+    options["cert"] = ctl.client_cert
+    job = {"command": ["true"], "host": host}
+    submitted = requests.post(ctl.url + "/v1/jobs", json=job, timeout=5, **options).json()
+
+    def state() -> str:
+        jobs = requests.get(ctl.url + "/v1/jobs", timeout=5, **options).json()
+        return str(next(j["state"] for j in jobs if j["id"] == submitted["id"]))
+
+    wait_for(lambda: state() == "done", 30)
+
+
 def contact(agent: AgentProcess) -> dict[str, str]:
     return dict(agent.state().get("controller", {}))
 
@@ -87,6 +101,8 @@ def test_an_agent_joins_over_https_once_its_ca_file_trusts_the_controller(tmp_pa
             ).json()
             assert host["state"] == "open" and host["instance_id"] == "i-1"
             assert contact(agent)["state"] == "connected"
+            # The worker trusts the controller too (XCE_CONTROLLER_CA_FILE): it runs a job.
+            runs_a_job(ctl, "node1")
             # xcecli trusts the CA through the requests library's REQUESTS_CA_BUNDLE.
             env = {**os.environ, "REQUESTS_CA_BUNDLE": str(ca.cert)}
             token = f"{ctl.db}.admin-token"
@@ -170,6 +186,8 @@ def test_a_client_ca_makes_every_client_show_a_certificate_it_signed(tmp_path: P
         try:
             wait_for(agent.worker_pid, 30)
             assert contact(agent)["state"] == "connected"
+            # Its worker shows the same certificate (XCE_CONTROLLER_CLIENT_CERT_FILE, _KEY_FILE).
+            runs_a_job(ctl, "node1")
         finally:
             agent.stop()
     finally:
@@ -214,3 +232,106 @@ def test_a_bad_tls_option_stops_the_start_with_one_line_and_exit_78(
     done = serve(tmp_path, *args)
     assert done.returncode == 78, done.stderr
     assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def _xcecli(
+    url: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", url, *args]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("XCE_", "REQUESTS_CA"))}
+    return subprocess.run(
+        command, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_xcecli_trusts_a_private_ca_and_shows_a_client_certificate_by_its_options(
+    tmp_path: Path,
+) -> None:
+    ca, other = Authority(tmp_path / "ca"), Authority(tmp_path / "other", "other-ca")
+    args = tls_args(ca.issue("ctl"), "--tls-client-ca", str(ca.cert))
+    ctl = ControllerProcess(tmp_path, CLUSTER, args=args, ca_file=ca.cert)
+    mine, stranger = ca.issue("operator"), other.issue("stranger")
+    ctl.client_cert = (str(mine.cert), str(mine.key))
+    try:
+        ctl.start()
+        token = ("--token-file", f"{ctl.db}.admin-token")
+        pair = ("--client-cert-file", str(mine.cert), "--client-key-file", str(mine.key))
+        # Not trusted: the line names the missing option.
+        untrusted = _xcecli(ctl.url, *token, "hosts")
+        assert untrusted.returncode == 3
+        assert untrusted.stderr.strip().endswith(
+            "for a private CA, --ca-file or $XCE_CONTROLLER_CA_FILE"
+        ), untrusted.stderr
+        # Trusted but without a certificate: the controller closes after the handshake.
+        closed = _xcecli(ctl.url, *token, "--ca-file", str(ca.cert), "hosts")
+        assert closed.returncode == 3
+        assert "(--client-cert-file, --client-key-file)" in closed.stderr, closed.stderr
+        plain = _xcecli(ctl.url.replace("https://", "http://"), *token, "hosts")
+        assert plain.returncode == 3
+        assert plain.stderr.strip().endswith(": is it HTTPS there (https://)?"), plain.stderr
+        ok = _xcecli(ctl.url, *token, "--ca-file", str(ca.cert), *pair, "hosts")
+        assert ok.returncode == 0 and ok.stdout.startswith("HOST"), ok.stderr
+        # The same by environment variables, and REQUESTS_CA_BUNDLE does not override them.
+        env = {
+            "XCE_CONTROLLER_CA_FILE": str(ca.cert),
+            "XCE_CLIENT_CERT_FILE": str(mine.cert),
+            "XCE_CLIENT_KEY_FILE": str(mine.key),
+            "REQUESTS_CA_BUNDLE": str(other.cert),
+        }
+        by_env = _xcecli(ctl.url, *token, "hosts", env=env)
+        assert by_env.returncode == 0 and by_env.stdout.startswith("HOST"), by_env.stderr
+        # A certificate another CA signed is refused by the controller.
+        theirs = ("--client-cert-file", str(stranger.cert), "--client-key-file", str(stranger.key))
+        refused = _xcecli(ctl.url, *token, "--ca-file", str(ca.cert), *theirs, "hosts")
+        assert refused.returncode == 3, refused.stderr
+    finally:
+        ctl.stop()
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("ca-missing", "--ca-file {tmp}/missing.pem: cannot load it (No such file or directory)"),
+        ("ca-not-pem", "--ca-file {tmp}/junk.pem: cannot load it ("),
+        ("cert-alone", "--client-cert-file: expected --client-key-file with it, got none"),
+        ("key-alone", "--client-key-file: expected --client-cert-file with it, got none"),
+        ("key-of-another", "cannot load them (key values mismatch)"),
+        ("key-encrypted", "--client-key-file {tmp}/locked.key: expected an unencrypted key"),
+    ],
+)
+def test_a_bad_xcecli_tls_file_is_one_line_and_exit_2(
+    tmp_path: Path, case: str, expected: str
+) -> None:
+    ca = Authority(tmp_path / "ca")
+    a, b = ca.issue("a"), ca.issue("b")
+    junk, locked = tmp_path / "junk.pem", tmp_path / "locked.key"
+    junk.write_text("not a certificate\n")
+    subprocess.run(
+        [
+            "openssl",
+            "pkey",
+            "-in",
+            str(a.key),
+            "-aes256",
+            "-passout",
+            "pass:x",
+            "-out",
+            str(locked),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    args = {
+        "ca-missing": ("--ca-file", str(tmp_path / "missing.pem")),
+        "ca-not-pem": ("--ca-file", str(junk)),
+        "cert-alone": ("--client-cert-file", str(a.cert)),
+        "key-alone": ("--client-key-file", str(a.key)),
+        "key-of-another": ("--client-cert-file", str(a.cert), "--client-key-file", str(b.key)),
+        "key-encrypted": ("--client-cert-file", str(a.cert), "--client-key-file", str(locked)),
+    }[case]
+    done = _xcecli("https://127.0.0.1:9", *args, "hosts")  # never reached: checked first
+    assert done.returncode == 2, done.stderr
+    line = expected.format(tmp=tmp_path)
+    assert done.stderr.strip() == f"xcecli: {line}" or (
+        line in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    ), done.stderr

@@ -119,3 +119,15 @@ def test_an_unknown_host_page_does_not_poll(ctl: EmbeddedController) -> None:
     r = page(ctl, cookie, "/ui/hosts/nobody")
     assert r.status_code == 404 and "no host nobody" in r.text
     assert "app.js" not in r.text and "data-seq" not in r.text
+
+
+def test_a_page_number_that_is_not_one_shows_the_first_page(ctl: EmbeddedController) -> None:
+    cookie = login(ctl, "r3ad").cookies["xce_session"]
+    first = page(ctl, cookie, "/ui?page=1")
+    assert first.status_code == 200 and "<table id=hosts>" in first.text
+    for bad in ("abc", "0", "-2", "99999999999999"):
+        shown = page(ctl, cookie, f"/ui?page={bad}")
+        assert shown.status_code == 200, (bad, shown.text[:200])
+        assert shown.headers["content-type"].startswith("text/html") and "<table id=hosts>" in (
+            shown.text
+        )

@@ -4,7 +4,10 @@ connection errors, `--version`."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +31,7 @@ templates:
   gpu: {slots: 8}
 """
 ADMIN = {"Authorization": "Bearer adm1n"}
+CLI = [sys.executable, "-m", "xce_controller.cli.xcecli"]
 
 
 @pytest.fixture
@@ -235,6 +239,7 @@ def test_an_unreachable_controller_is_named_refused_timed_out_or_tls(
     )
     tls = xcecli(ctl.url.replace("http://", "https://"), "hosts")
     assert tls.returncode == 3 and "TLS failed (" in tls.stderr, tls.stderr
+    assert tls.stderr.strip().endswith(": is it plain HTTP there (http://)?"), tls.stderr
     with socket.socket() as silent:  # accepts connections (the backlog), never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
@@ -242,6 +247,15 @@ def test_an_unreachable_controller_is_named_refused_timed_out_or_tls(
         began = time.monotonic()
         slow = xcecli(url, "--timeout", "500ms", "hosts")
         assert time.monotonic() - began < 20
+        began = time.monotonic()
+        by_env = subprocess.run(
+            [*CLI, "--url", url, "--token", "adm1n", "hosts"],
+            env={**os.environ, "XCE_CONTROLLER_TIMEOUT": "500ms"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert time.monotonic() - began < 20 and by_env.stderr == slow.stderr
     assert slow.returncode == 3
     assert slow.stderr.strip() == f"xcecli: cannot reach {url}: timed out waiting for the answer"
     assert xcecli(ctl.url, "hosts").returncode == 0  # the controller still answers
@@ -253,6 +267,7 @@ def test_an_unreachable_controller_is_named_refused_timed_out_or_tls(
         ("xce_controller.cli.xcecli", "xcecli"),
         ("xce_controller", "xce-controller"),
         ("xce_agent", "xce-agent"),
+        ("xce_provisioner", "xce-provisioner"),
     ],
 )
 def test_every_command_says_its_version(module: str, name: str) -> None:
@@ -263,3 +278,66 @@ def test_every_command_says_its_version(module: str, name: str) -> None:
     )
     assert out.returncode == 0
     assert out.stdout.strip() == f"{name}, version {__version__}"
+
+
+def test_a_command_without_a_token_says_which_options_give_one(ctl: ControllerProcess) -> None:
+    command = [sys.executable, "-m", "xce_controller.cli.xcecli", "--url", ctl.url, "hosts"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XCE_")}
+    bare = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+    assert bare.returncode == 1
+    assert bare.stderr.strip() == (
+        "xcecli: 401: admin token missing or wrong "
+        "(no token given: --token-file, $XCE_ADMIN_TOKEN_FILE or --token)"
+    )
+    mistaken = subprocess.run(
+        [*command[:-1], "--token", "not-it", "hosts"], capture_output=True, text=True, env=env
+    )
+    assert mistaken.stderr.strip() == "xcecli: 401: admin token missing or wrong"
+
+
+# xcecli as in a terminal, where Ctrl-C raises KeyboardInterrupt (a background job of a
+# non-interactive shell, as tests may be run from, inherits SIGINT ignored).
+INTERRUPTIBLE = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'xcecli'; runpy.run_module('xce_controller.cli.xcecli', run_name='__main__')"
+)
+
+
+WAIT = ("decommission", "n6", "--wait")
+
+
+def test_ctrl_c_stops_the_wait_with_130_and_the_decommission_stands(
+    ctl: ControllerProcess,
+) -> None:
+    running_job(ctl, "n6", join(ctl, "n6", "i-6"))
+    waiting = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTIBLE, "--url", ctl.url, "--token", "adm1n", *WAIT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert waiting.stdout is not None
+    assert waiting.stdout.readline().startswith("n6: draining")
+    assert waiting.stdout.readline().startswith("n6: draining, 1 job left")  # following
+    waiting.send_signal(signal.SIGINT)
+    _, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 130
+    assert err.strip() == "xcecli: n6: stopped waiting; the decommission stands"
+    host = requests.get(ctl.url + "/v1/hosts/n6", headers=ADMIN, timeout=10).json()
+    assert host["state"] == "draining"
+
+
+LISTINGS = [("hosts",), ("host", "n7"), ("expected",), ("jobs",), ("templates",), ("leases",)]
+
+
+@pytest.mark.parametrize("verb", [*LISTINGS, ("to-return",)])
+def test_every_listing_takes_o_json_as_its_json_flag_says(
+    ctl: ControllerProcess, verb: tuple[str, ...]
+) -> None:
+    join(ctl, "n7", "i-7")
+    flag = xcecli(ctl.url, *verb, "--json")
+    option = xcecli(ctl.url, *verb, "-o", "json")
+    assert flag.returncode == option.returncode == 0, option.stderr
+    assert json.loads(option.stdout) == json.loads(flag.stdout)
+    table = xcecli(ctl.url, *verb, "-o", "table")
+    assert table.returncode == 0 and not table.stdout.lstrip().startswith(("[", "{"))

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import click
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,40 @@ ONCE_MISSING = {
     "xcecli": {"why", "events", "leases", "templates", "cancel", "host", "expect"},
     "xce-agent": {"reload", "reset", "restart", "start", "demo"},
     "xce-controller": {"openapi", "simulate", "demo", "validate"},
+    "xce-provisioner": {"run", "check"},  # its page was written by hand, apart from the others
 }
+
+
+def test_every_installed_command_has_its_page_completion_and_package() -> None:
+    """Each product's console scripts are programs of clidocs, in the package installing them:
+    a command added to a product gets its man page and completion with no list to update."""
+    tomllib = pytest.importorskip("tomllib", reason="reads pyproject files (Python 3.11+)")
+    installed = {}
+    for product in sorted((ROOT / "packaging/python").glob("*/pyproject.toml")):
+        project = tomllib.loads(product.read_text())["project"]
+        package = product.parent.name.replace("xce-protocol", "python3-xce-protocol")
+        installed.update({name: package for name in project.get("scripts", {})})
+    assert "xce-provisioner" in installed
+    assert {p.name: p.package for p in clidocs.PROGRAMS} == installed
+
+
+def _envvars(group: click.Group) -> set[str]:
+    found: set[str] = set()
+    for command in [group, *group.commands.values()]:
+        for param in command.params:
+            envvar = param.envvar
+            names = list(envvar) if isinstance(envvar, (list, tuple)) else [envvar]
+            found |= {str(name) for name in names if name}
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_each_man_page_names_every_environment_variable_an_option_reads(name: str) -> None:
+    program = PROGRAMS[name]
+    page = clidocs.man_page(program, "1.0")
+    environment = page.split(".SH ENVIRONMENT\n")[1].split(".SH ")[0] if ".SH ENV" in page else ""
+    for variable in sorted(_envvars(program.load())):
+        assert f".B {clidocs._roff(variable)}\n" in environment, variable
 
 
 def test_the_committed_reference_is_what_the_code_says(tmp_path: Path) -> None:
@@ -41,6 +75,13 @@ def test_the_committed_reference_is_what_the_code_says(tmp_path: Path) -> None:
     assert clidocs.reference(tmp_path / "config.yaml") == committed, (
         "run: python3 packaging/python/clidocs.py reference docs/reference.md"
     )
+
+
+def test_the_reference_has_every_config_key_of_the_provisioner_too(tmp_path: Path) -> None:
+    text = clidocs.reference(tmp_path / "config.yaml")
+    section = text.split("## Provisioner config (`xce-provisioner run --config`)\n")[1]
+    for key in ("controller.token_file", "bmcs.NAME.url", "machines[N].system", "idle_after"):
+        assert f"| `{key}` |" in section, key
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xce_agent.config.agent import ControllerConfig
 from xce_agent.supervision.output import OutputPipe
 from xce_agent.supervision.process import Handle, ProcessRunner
 from xce_agent.supervision.spec import ComponentSpec
@@ -38,13 +39,34 @@ TEMPLATE_FILE = "template.json"
 OLD_CREDENTIAL_FILE = "credential"  # not written any more; removed if an older agent left it
 
 
+def tls_environment(ctl: ControllerConfig | None) -> dict[str, str]:
+    """The worker's variables for the controller's TLS, from the agent's own settings:
+    the CA it trusts, and the client certificate and key it shows (absolute paths, since the
+    worker may run elsewhere; files the worker's user must be able to read)."""
+    if ctl is None:
+        return {}
+    env = {}
+    if ctl.ca_file:
+        env["XCE_CONTROLLER_CA_FILE"] = os.path.abspath(ctl.ca_file)
+    if ctl.client_cert_file and ctl.client_key_file:
+        env["XCE_CONTROLLER_CLIENT_CERT_FILE"] = os.path.abspath(ctl.client_cert_file)
+        env["XCE_CONTROLLER_CLIENT_KEY_FILE"] = os.path.abspath(ctl.client_key_file)
+    return env
+
+
 class Handoff:
     def __init__(
-        self, directory: Path, reader: Reader, controller_url: str, credential: str | None
+        self,
+        directory: Path,
+        reader: Reader,
+        controller_url: str,
+        credential: str | None,
+        tls: Mapping[str, str] | None = None,
     ) -> None:
         self.directory = directory
         self.reader = reader
         self.controller_url = controller_url
+        self.tls = dict(tls or {})  # tls_environment(): the worker reaches it as the agent does
         self.credential = credential
         self.template_path = directory / TEMPLATE_FILE
         self._credential_fd: int | None = None
@@ -133,6 +155,7 @@ class Handoff:
             "XCE_TEMPLATE": name,
             "XCE_SLOTS": slots,
         }
+        env.update(self.tls)
         fd = self.credential_fd()
         if fd is not None:
             env["XCE_CREDENTIAL_FILE"] = f"/dev/fd/{fd}"

@@ -29,9 +29,30 @@ class ControllerUnreachable(XceError):
     exit_code = 3
 
 
-def unreachable(url: str, exc: requests.RequestException) -> ControllerUnreachable:
-    """The error for a request that got no answer, naming why."""
-    return ControllerUnreachable(f"cannot reach {url}: {why_unreachable(exc)}")
+def unreachable(
+    url: str, exc: requests.RequestException, client_cert: bool = False
+) -> ControllerUnreachable:
+    """The error for a request that got no answer, naming why, and for the TLS failures an
+    operator meets first, the option that is missing."""
+    why = why_unreachable(exc)
+    return ControllerUnreachable(f"cannot reach {url}: {why}{_hint(url, why, client_cert)}")
+
+
+def _hint(url: str, why: str, client_cert: bool) -> str:
+    https = url.startswith("https://")
+    if why.startswith("TLS failed") and ("issuer" in why or "self-signed" in why):
+        return ": for a private CA, --ca-file or $XCE_CONTROLLER_CA_FILE"
+    if why == "TLS failed (wrong version number)":
+        return ": is it plain HTTP there (http://)?"
+    if why == "connection reset" and not https:
+        return ": is it HTTPS there (https://)?"
+    if why == "connection reset" and not client_cert:
+        # TLS 1.3: a controller with --tls-client-ca closes once the handshake is over.
+        return (
+            ": a controller requiring client certificates closes like this "
+            "(--client-cert-file, --client-key-file)"
+        )
+    return ""
 
 
 def why_unreachable(exc: BaseException) -> str:

@@ -27,6 +27,12 @@ class WaitFailed(XceError):
     exit_code = 1
 
 
+class WaitInterrupted(XceError):
+    """The operator stopped the wait (Ctrl-C); what was asked of the host still stands."""
+
+    exit_code = 130  # 128 + SIGINT, as a shell reports an interrupted command
+
+
 @dataclass(frozen=True)
 class Progress:
     done: bool  # the wait is over, one way or the other

@@ -7,11 +7,13 @@ Exit codes: 0 ok; 1 the controller refused (its message printed as one line); 2 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -20,13 +22,14 @@ from urllib3.exceptions import NewConnectionError
 
 from xce_controller import __version__
 from xce_controller.cli.client_errors import ControllerRefused, unreachable
+from xce_controller.cli.client_tls import ClientTls, client_tls
 from xce_controller.cli.host_columns import host_table, notice
 from xce_controller.cli.observe import events, printable, why
 from xce_controller.cli.text import code as _code
 from xce_controller.cli.text import size
 from xce_controller.cli.text import table as _table
 from xce_controller.cli.text import when as _when
-from xce_controller.cli.waiting import close_progress, drain_progress, follow
+from xce_controller.cli.waiting import WaitInterrupted, close_progress, drain_progress, follow
 from xce_controller.core.model import AdminAction
 from xce_protocol import names, replicas
 from xce_protocol.durations import Duration
@@ -52,10 +55,13 @@ def controller_urls(text: str) -> list[str]:
 
 
 class Client:
-    def __init__(self, url: str, token: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, token: str, timeout: float = 30.0, tls: ClientTls | None = None
+    ) -> None:
         self.urls = controller_urls(url)
         self.current = 0
         self.timeout = timeout
+        self.tls = tls or ClientTls()
         self.session = requests.Session()
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
@@ -68,7 +74,7 @@ class Client:
         try:
             response = self.send(method, path, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise unreachable(", ".join(self.urls), exc) from None
+            raise unreachable(", ".join(self.urls), exc, self.tls.cert is not None) from None
         try:
             body = response.json()
         except ValueError:
@@ -82,6 +88,8 @@ class Client:
                     f"{self.url}: not a controller's answer: {said}"
                 )
             line = printable(str(message))[:300]  # one line: control characters escaped
+            if response.status_code == 401 and "Authorization" not in self.session.headers:
+                line += " (no token given: --token-file, $XCE_ADMIN_TOKEN_FILE or --token)"
             raise ControllerRefused(f"{response.status_code}: {line}")
         return body
 
@@ -89,6 +97,7 @@ class Client:
         """The answer of the first URL that can serve, trying each once from the current
         one (replicas.moves_on); the last URL's answer or failure when none can."""
         order = replicas.attempts(self.current, len(self.urls))
+        kwargs.update(self.tls.request_options())
         for index in order:
             last = index == order[-1]
             try:
@@ -134,13 +143,42 @@ def _unsent(exc: requests.RequestException) -> bool:
 )
 @click.option(
     "--timeout",
+    envvar="XCE_CONTROLLER_TIMEOUT",
     type=Duration(minimum=0.1, maximum=3600),
     default="30s",
     show_default=True,
-    help="How long to wait for the controller's answer (like 5s).",
+    help="How long to wait for the controller's answer, like 5s ($XCE_CONTROLLER_TIMEOUT).",
+)
+@click.option(
+    "--ca-file",
+    envvar="XCE_CONTROLLER_CA_FILE",
+    type=click.Path(dir_okay=False),
+    help="PEM CA bundle that signed the controller's certificate ($XCE_CONTROLLER_CA_FILE); "
+    "default: the system's.",
+)
+@click.option(
+    "--client-cert-file",
+    envvar="XCE_CLIENT_CERT_FILE",
+    type=click.Path(dir_okay=False),
+    help="PEM certificate shown to a controller that requires one ($XCE_CLIENT_CERT_FILE).",
+)
+@click.option(
+    "--client-key-file",
+    envvar="XCE_CLIENT_KEY_FILE",
+    type=click.Path(dir_okay=False),
+    help="Its unencrypted PEM key ($XCE_CLIENT_KEY_FILE).",
 )
 @click.pass_context
-def main(ctx: click.Context, url: str, token: str, token_file: str | None, timeout: float) -> None:
+def main(
+    ctx: click.Context,
+    url: str,
+    token: str,
+    token_file: str | None,
+    timeout: float,
+    ca_file: str | None,
+    client_cert_file: str | None,
+    client_key_file: str | None,
+) -> None:
     """Admin CLI of the XCE reference controller."""
     if token_file and not token:
         try:
@@ -151,7 +189,7 @@ def main(ctx: click.Context, url: str, token: str, token_file: str | None, timeo
             raise UsageError(f"--token-file {token_file}: {why}") from None
     if token and not names.is_bearer_token(token):  # no header carries it (never shown)
         raise UsageError("--token: expected printable ASCII characters without spaces")
-    ctx.obj = Client(url, token, timeout)
+    ctx.obj = Client(url, token, timeout, client_tls(ca_file, client_cert_file, client_key_file))
 
 
 def _out(data: Any, as_json: bool, text: str | list[str]) -> None:
@@ -175,6 +213,25 @@ _OUTPUT = click.option(
     help="wide: every column (instance, provider, CPUs, memory, joined); json: the API's records.",
 )
 _JSON = click.option("--json", "as_json", is_flag=True, help="The API's records as JSON (-o json).")
+
+
+def _table_or_json(command: Callable[..., None]) -> Callable[..., None]:
+    """`-o table|json` and `--json` on a verb without a wide table: the command gets as_json."""
+
+    @functools.wraps(command)
+    def run(*args: Any, output: str, as_json: bool, **kwargs: Any) -> None:
+        command(*args, as_json=as_json or output == "json", **kwargs)
+
+    choice = click.Choice(["table", "json"])
+    with_json = _JSON(run)
+    return click.option(
+        "-o",
+        "--output",
+        type=choice,
+        default="table",
+        show_default=True,
+        help="json: the API's records.",
+    )(with_json)
 
 
 def _hosts_out(data: list[dict[str, Any]], output: str, as_json: bool) -> None:
@@ -255,7 +312,7 @@ def _field(h: dict[str, Any], key: str) -> str:
 
 @main.command()
 @click.argument("name")
-@_JSON
+@_table_or_json
 @click.pass_obj
 def host(client: Client, name: str, as_json: bool) -> None:
     """Show one host with its provisioning details and state history."""
@@ -352,19 +409,23 @@ def open_(client: Client, name: str) -> None:
 _WAIT = click.option(
     "--wait",
     is_flag=True,
-    help="Follow the host until its jobs are gone; exit 0 if it got there, 1 if not.",
+    help="Follow the host until its jobs are gone; exit 0 if it got there, 1 if not "
+    "(130 on Ctrl-C: what was asked still stands).",
 )
 _REASON = click.option("--reason", default="", help="Why (kept in the host's history).")
 
 
-def _wait(client: Client, name: str, progress: Any) -> None:
-    follow(
-        lambda: client.call("GET", f"/v1/hosts/{name}"),
-        progress,
-        lambda line: click.echo(printable(line)),
-        time.time,
-        time.sleep,  # the poll interval, not a synchronisation
-    )
+def _wait(client: Client, name: str, progress: Any, asked: str) -> None:
+    try:
+        follow(
+            lambda: client.call("GET", f"/v1/hosts/{name}"),
+            progress,
+            lambda line: click.echo(printable(line)),
+            time.time,
+            time.sleep,  # the poll interval, not a synchronisation
+        )
+    except KeyboardInterrupt:
+        raise WaitInterrupted(f"{name}: stopped waiting; the {asked} stands") from None
 
 
 @main.command()
@@ -376,7 +437,7 @@ def close(client: Client, name: str, reason: str, wait: bool) -> None:
     """Close a host to new work (--wait: until its running jobs ended)."""
     _control(client, name, AdminAction.CLOSE, {"reason": reason} if reason else {})
     if wait:
-        _wait(client, name, close_progress)
+        _wait(client, name, close_progress, "close")
 
 
 @main.command()
@@ -410,12 +471,12 @@ def decommission(
         body["policy"] = policy
     _control(client, name, AdminAction.DECOMMISSION, body)
     if wait:
-        _wait(client, name, drain_progress)
+        _wait(client, name, drain_progress, "decommission")
 
 
 @main.command("to-return")
 @click.option("--ack", "ack_id", help="Acknowledge that this instance was returned.")
-@click.option("--json", "as_json", is_flag=True)
+@_table_or_json
 @click.pass_obj
 def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
     """Instances to give back to the provider (overdue, decommissioned, lost)."""
@@ -428,7 +489,7 @@ def to_return(client: Client, ack_id: str | None, as_json: bool) -> None:
 
 
 @main.command()
-@_JSON
+@_table_or_json
 @click.pass_obj
 def jobs(client: Client, as_json: bool) -> None:
     """List jobs."""
@@ -457,7 +518,7 @@ def cancel(client: Client, job_id: int) -> None:
 
 
 @main.command()
-@_JSON
+@_table_or_json
 @click.pass_obj
 def templates(client: Client, as_json: bool) -> None:
     """List the config's host templates and how many live hosts use each."""
@@ -498,7 +559,7 @@ def _is_lease(value: Any) -> bool:
 
 
 @main.command()
-@_JSON
+@_table_or_json
 @click.pass_obj
 def leases(client: Client, as_json: bool) -> None:
     """Leases: holder, fencing token and expiry."""

@@ -51,6 +51,12 @@ def view(ctl: Controller, host: Host) -> dict[str, Any]:
     return data
 
 
+def page_number(text: str) -> int:
+    """A page number as an address bar may hold it: anything else is the first page (an HTML
+    page, not the API's JSON 422), as an unknown window is the default one."""
+    return int(text) if text.isdigit() and 1 <= int(text) <= 1_000_000 else 1
+
+
 def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
     # The picture changes with the cluster or when its window moves a step: every open page
     # refreshes after each commit, and they all share one drawing.
@@ -123,7 +129,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         q: str = Query("", max_length=253),
         everything: str = Query("", alias="all", max_length=8),
         window: str = Query("", max_length=8),
-        page: int = Query(1, ge=1, le=1_000_000),
+        page: str = Query("1", max_length=16),
         part: str = Query("", max_length=8),
         authorization: Optional[str] = Header(None),
     ) -> Response:
@@ -145,7 +151,7 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
             },
             now,
             fleet_picture(hosts, now, r.WINDOWS[window or "6h"]),
-            page,
+            page_number(page),
         )
         return html(main if part == "main" else r.page("XCE hosts", main, hub.last_seq()))
 
