@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from xce_protocol.reasons import Reason
 from xce_provisioner.drivers.base import DriverError, Power, Request
-from xce_provisioner.drivers.bounded import AnswerTooLarge, BoundedAdapter
+from xce_provisioner.drivers.bounded import AnswerTooLarge, BoundedAdapter, Redirected
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,6 +71,8 @@ def classify(exc: BaseException) -> DriverError:
             return DriverError(Reason.BMC_TLS_FAILED, text)
         if isinstance(cause, AnswerTooLarge):
             return DriverError(Reason.BMC_BAD_ANSWER, text)
+        if isinstance(cause, Redirected):
+            return DriverError(Reason.BMC_REFUSED, str(cause)[:300])
         if isinstance(cause, requests.exceptions.Timeout):
             return DriverError(Reason.BMC_TIMEOUT, text)
         return DriverError(Reason.BMC_UNREACHABLE, text)
@@ -173,7 +175,8 @@ def _close_quietly(root: Any) -> None:
 def _sushy_root(s: RedfishSettings) -> Any:
     import sushy
     from sushy import auth as sushy_auth
-    from sushy import connector as sushy_connector
+
+    from xce_provisioner.drivers.once import OnceConnector
 
     user = read_secret(s.username_file) if s.username_file else None
     password = read_secret(s.password_file) if s.password_file else None
@@ -196,12 +199,12 @@ def _sushy_root(s: RedfishSettings) -> Any:
         auth = sushy_auth.SessionOrBasicAuth(user, password)
     verify = str(s.ca_file) if s.ca_file else True
     try:
-        conn = sushy_connector.Connector(
+        conn = OnceConnector(
             s.url,
             verify=verify,
             default_request_timeout=s.timeout,
             connect_timeout=s.timeout,
-            server_side_retries=1,  # one try: sushy's own retries would resend a reset
+            server_side_retries=1,  # one try of each (0 would mean sushy's default, 3)
             server_side_retries_delay=0,
         )
         adapter = BoundedAdapter(s.timeout)  # each answer: in `timeout`, and capped in size
