@@ -39,7 +39,7 @@ def _lease() -> Lease:
     token = os.environ.get("XCE_LEASE_TOKEN", "")
     if not name:
         return Lease()
-    if not token.isdigit():
+    if not (token.isascii() and token.isdigit()):  # "²" is a digit to isdigit, not to int
         click.echo(
             f"xce-provisioner: XCE_LEASE_TOKEN: expected an integer, got {token!r}", err=True
         )

@@ -199,3 +199,19 @@ def test_the_ack_of_a_returned_instance_is_not_an_error(tmp_path: Path) -> None:
     ctl.ack = already  # type: ignore[method-assign]
     r.once()  # off already: the ack, answered "not returnable" (an earlier answer lost)
     assert r.metrics.steps[("ack", "confirmed", "instance_returned")] == 1
+
+
+@pytest.mark.parametrize("token", ["²", "12a", "", "-1", "١٢"])
+def test_a_lease_token_that_is_no_ascii_integer_is_a_usage_error(
+    token: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from xce_provisioner.cli import _lease
+
+    monkeypatch.setenv("XCE_LEASE_NAME", "provisioner")
+    monkeypatch.setenv("XCE_LEASE_TOKEN", token)
+    with pytest.raises(SystemExit) as exited:
+        _lease()
+    assert exited.value.code == 2
+    assert "XCE_LEASE_TOKEN: expected an integer" in capsys.readouterr().err
+    monkeypatch.setenv("XCE_LEASE_TOKEN", "42")
+    assert _lease().token == 42
