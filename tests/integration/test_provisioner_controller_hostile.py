@@ -110,7 +110,7 @@ ODD_STEP_ANSWERS = {
         {
             **RECORD,
             "power": [{"decision": "d", "action": "on", "phase": "x", "attempt": 1, "code": "c"}],
-        },  # fmt: skip
+        },
     ),
     "not json": json_answer(200, None, raw=b"<html>"),
 }
