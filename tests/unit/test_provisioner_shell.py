@@ -215,3 +215,19 @@ def test_a_lease_token_that_is_no_ascii_integer_is_a_usage_error(
     assert "XCE_LEASE_TOKEN: expected an integer" in capsys.readouterr().err
     monkeypatch.setenv("XCE_LEASE_TOKEN", "42")
     assert _lease().token == 42
+
+
+def test_the_status_file_says_the_lease_and_the_last_actions(tmp_path: Path) -> None:
+    from xce_provisioner.controller import Lease
+
+    r, ctl, _bmc = runner(Record("rf-1", "expected", "expected@1.0"), tmp_path)
+    ctl.lease = Lease("provisioner", 7)  # type: ignore[attr-defined]
+    r.status_file = tmp_path / "component-prov.status"
+    r.once()
+    text = r.status_file.read_text().splitlines()
+    assert text[0] == "lease provisioner, token 7"
+    assert "controller ok; machines 0 on, 1 off, 0 unknown" in text[1]
+    assert text[-1].endswith("node1: on issued, attempt 1 [power_on_expected]")
+    for _ in range(20):
+        r.once()
+    assert len(r.status_file.read_text().splitlines()) <= 2 + 5, "the last actions only"
