@@ -231,3 +231,14 @@ def test_the_status_file_says_the_lease_and_the_last_actions(tmp_path: Path) -> 
     for _ in range(20):
         r.once()
     assert len(r.status_file.read_text().splitlines()) <= 2 + 5, "the last actions only"
+
+
+def test_the_runner_forgets_what_the_records_no_longer_show(tmp_path: Path) -> None:
+    """Months of decisions must not grow the process: the journal keys and the blocked notes
+    of decisions the controller no longer lists are dropped."""
+    r, ctl, _bmc = runner(Record("rf-1", "expected", "expected@0.0"), tmp_path)
+    for i in range(200):
+        ctl.record = Record("rf-1", "expected", f"expected@{i}.0", 0, ctl.record.steps[-2:])
+        r.once()
+    assert sum(1 for c in ctl.calls if c[:2] == ("step", "on")) >= 200, "each decision acted"
+    assert len(r.seen) <= 4, f"{len(r.seen)} journal keys kept"
