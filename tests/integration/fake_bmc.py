@@ -234,3 +234,22 @@ def endless_headers(every: float) -> Callable[[BaseHTTPRequestHandler], None]:
             return
 
     return write
+
+
+class _Forget(list):  # type: ignore[type-arg]
+    """A request log that keeps nothing (a long run's BMC in its own process)."""
+
+    def append(self, item: object) -> None:
+        pass
+
+
+def main() -> None:
+    """`python -m tests.integration.fake_bmc`: serve one BMC (user `u`, password `p`), print
+    its URL, keep serving until killed."""
+    with serving(FakeBmc(user="u", password="p", seen=_Forget())) as bmc:
+        print(bmc.url, flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

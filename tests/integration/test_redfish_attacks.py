@@ -456,3 +456,32 @@ def test_a_tls_handshake_dripped_is_cut_off(tmp_path: Path) -> None:
     finally:
         stop.set()
         listener.close()
+
+
+# --- each BMC error has its code ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (401, Reason.BMC_AUTH_FAILED),
+        (403, Reason.BMC_AUTH_FAILED),
+        (404, Reason.BMC_NOT_FOUND),
+        (405, Reason.BMC_REFUSED),
+        (409, Reason.BMC_REFUSED),
+        (429, Reason.BMC_REFUSED),
+        (500, Reason.BMC_FAILED),
+        (503, Reason.BMC_FAILED),
+    ],
+)
+def test_each_error_status_of_a_reset_has_its_code_and_is_sent_once(
+    bmc: FakeBmc, tmp_path: Path, status: int, code: Reason
+) -> None:
+    driver = driver_for(bmc, tmp_path)
+    bmc.once("POST", RESET_PATH, (status, {"error": {"message": "no"}}))
+    with pytest.raises(DriverError) as failed:
+        driver.request(SYSTEM_PATH, Request.FORCE_OFF)
+    assert failed.value.code is code
+    assert len(bmc.resets()) == 1
+    driver.request(SYSTEM_PATH, Request.FORCE_OFF)  # works again once the BMC does
+    assert len(bmc.resets()) == 2
