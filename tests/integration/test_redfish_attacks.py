@@ -485,3 +485,46 @@ def test_each_error_status_of_a_reset_has_its_code_and_is_sent_once(
     assert len(bmc.resets()) == 1
     driver.request(SYSTEM_PATH, Request.FORCE_OFF)  # works again once the BMC does
     assert len(bmc.resets()) == 2
+
+
+# --- the answer is the system asked for --------------------------------------------------
+
+
+def test_a_reset_target_under_another_system_is_not_sent(bmc: FakeBmc, tmp_path: Path) -> None:
+    doc = system()
+    doc["Actions"]["#ComputerSystem.Reset"]["target"] = (
+        "/redfish/v1/Systems/2/Actions/ComputerSystem.Reset"
+    )
+    bmc.always("GET", SYSTEM_PATH, (200, doc))
+    driver = driver_for(bmc, tmp_path)
+    with pytest.raises(DriverError) as failed:
+        driver.request(SYSTEM_PATH, Request.FORCE_OFF)
+    assert failed.value.code is Reason.BMC_BAD_ANSWER
+    assert any(s.path == SYSTEM_PATH for s in bmc.seen), "the document was read"
+    assert not [s for s in bmc.seen if s.method == "POST" and "Actions" in s.path]
+
+
+def test_another_systems_document_is_bad_answer(bmc: FakeBmc, tmp_path: Path) -> None:
+    doc = system("Off")
+    doc["@odata.id"] = "/redfish/v1/Systems/2"
+    bmc.always("GET", SYSTEM_PATH, (200, doc))
+    driver = driver_for(bmc, tmp_path)
+    with pytest.raises(DriverError) as failed:
+        driver.power(SYSTEM_PATH)
+    assert failed.value.code is Reason.BMC_BAD_ANSWER
+    bmc.lasting.clear()
+    assert driver.power(SYSTEM_PATH) is Power.ON
+
+
+def test_the_environments_proxy_gets_no_bmc_credentials(
+    bmc: FakeBmc, elsewhere: FakeBmc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP(S)_PROXY set for the host's way out must not carry a BMC's session or password."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(name, elsewhere.url)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    driver = driver_for(bmc, tmp_path)
+    assert driver.power(SYSTEM_PATH) is Power.ON
+    assert any(s.path == SYSTEM_PATH for s in bmc.seen)
+    assert not elsewhere.seen

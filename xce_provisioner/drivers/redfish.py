@@ -130,7 +130,7 @@ class RedfishDriver:
 
     def power(self, system: str) -> Power:
         def read(root: Any) -> Power:
-            state = root.get_system(system).power_state
+            state = _own(system, root.get_system(system)).power_state
             value = str(getattr(state, "value", state) or "").lower()
             return _POWER_STATES.get(value, Power.UNKNOWN)
 
@@ -140,7 +140,8 @@ class RedfishDriver:
         import sushy
 
         def reset(root: Any) -> None:
-            target = root.get_system(system)
+            target = _own(system, root.get_system(system))
+            _own_reset(system, target)
             if what is Request.ON:
                 value = sushy.RESET_ON
             elif what is Request.SHUTDOWN:
@@ -161,6 +162,29 @@ class RedfishDriver:
 
     def close(self) -> None:
         self._drop()
+
+
+def _own(system: str, target: Any) -> Any:
+    """The system document, if it is the one asked for: an aggregator or a BMC answering with
+    another system's document would have one machine's decision read or act on another."""
+    said = target.json.get("@odata.id") if isinstance(target.json, dict) else None
+    if said is not None and str(said).rstrip("/") != system.rstrip("/"):
+        raise DriverError(
+            Reason.BMC_BAD_ANSWER, f"asked for {system}, answered {str(said)[:200]!r}"
+        )
+    return target
+
+
+def _own_reset(system: str, target: Any) -> None:
+    """The reset action's target lies under the system's own path (not another system's)."""
+    from urllib.parse import urlsplit
+
+    uri = str(target._get_reset_action_element().target_uri)
+    if not urlsplit(uri).path.startswith(system.rstrip("/") + "/"):
+        raise DriverError(
+            Reason.BMC_BAD_ANSWER,
+            f"the reset of {system} names a target outside it: {uri[:200]!r} (not sent)",
+        )
 
 
 def _close_quietly(root: Any) -> None:
@@ -208,6 +232,8 @@ def _sushy_root(s: RedfishSettings) -> Any:
             server_side_retries_delay=0,
         )
         adapter = BoundedAdapter(s.timeout)  # each answer: in `timeout`, and capped in size
+        conn._session.trust_env = False  # no proxy nor ~/.netrc from the environment: a BMC's
+        # credentials go to the BMC's url only
         conn._session.mount("https://", adapter)
         conn._session.mount("http://", adapter)
         return sushy.Sushy(s.url, verify=verify, auth=auth, connector=conn)
