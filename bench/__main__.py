@@ -72,6 +72,13 @@ def main() -> None:
             from bench import provisioner_idle
 
             print(provisioner_idle.run(passes=args.passes or (600 if args.quick else 3600)))
+        elif section == "ha-soak":
+            from bench import ha_soak
+
+            if args.quick:
+                print(ha_soak.run(rounds=1, hosts=50, settle=5.0))
+            else:
+                print(ha_soak.run(rounds=args.schedules or 3))
         else:
             parser.error(f"unknown section {section!r}")
         print()
