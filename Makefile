@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak never-two-soak ha-soak clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak never-two-soak provisioner-idle-soak ha-soak clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -61,6 +61,12 @@ lease-soak: $(STAMP)
 # `$(PY) -m bench never-two --seed S --first I --schedules 1 --lanes 1` replays one schedule.
 never-two-soak: $(STAMP)
 	$(PY) -m bench never-two --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED))
+
+# The provisioner's memory over an hour of idle passes on a fast clock (about 2 minutes here);
+# tests/integration/test_provisioner_idle_memory.py runs 400 of them in `make test`.
+PASSES ?= 3600
+provisioner-idle-soak: $(STAMP)
+	$(PY) -m bench provisioner-idle --passes $(PASSES)
 
 # Controller replicas on a Patroni (+ etcd) cluster whose leader is killed -9, ROUNDS times
 # (3 by default); needs root and Debian's patroni, etcd-server and postgresql. Its figures are

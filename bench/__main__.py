@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None, help="never-two: the schedules' seed")
     parser.add_argument("--first", type=int, default=0, help="never-two: the first schedule")
     parser.add_argument("--lanes", type=int, default=4, help="never-two: hosts at once")
+    parser.add_argument("--passes", type=int, default=0, help="provisioner-idle: passes")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
     args = parser.parse_args()
     for section in args.sections:
@@ -67,6 +68,10 @@ def main() -> None:
 
             count = args.schedules or (20 if args.quick else 1000)
             print(never_two.run(count, args.seed, args.first, args.lanes))
+        elif section == "provisioner-idle":
+            from bench import provisioner_idle
+
+            print(provisioner_idle.run(passes=args.passes or (600 if args.quick else 3600)))
         elif section == "ha-soak":
             from bench import ha_soak
 

@@ -111,6 +111,13 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
         data["agent_running"] = live
         data["stale"] = not live or bool(unsaved)
         data["state_unwritable"] = unsaved
+        from xce_agent.operator.status import read_component_status
+
+        own = read_component_status(directory, (c.name for c in state.components))
+        data["component_status"] = {
+            name: {"written": written, "lines": list(lines)}
+            for name, (written, lines) in own.items()
+        }
         click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         if unsaved:
@@ -118,8 +125,10 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
                 f"{unsaved}\n(the running agent cannot save its state: shown is the last saved)"
             )
         from xce_agent.controller.credential import CredentialStore
+        from xce_agent.operator.status import read_component_status
 
-        click.echo(render_status(state, time.time(), live, CredentialStore(directory).peek()))
+        own = read_component_status(directory, (c.name for c in state.components))
+        click.echo(render_status(state, time.time(), live, CredentialStore(directory).peek(), own))
 
 
 def _unsaved(directory: Path) -> str:

@@ -40,7 +40,7 @@ def _lease() -> Lease:
     token = os.environ.get("XCE_LEASE_TOKEN", "")
     if not name:
         return Lease()
-    if not token.isdigit():
+    if not (token.isascii() and token.isdigit()):  # "²" is a digit to isdigit, not to int
         click.echo(
             f"xce-provisioner: XCE_LEASE_TOKEN: expected an integer, got {token!r}", err=True
         )
@@ -101,7 +101,8 @@ def run(config_path: str) -> None:
         "running: %d machines, lease %s token %d", len(cfg.machines), lease.name or "-", lease.token
     )
     try:
-        Runner(cfg, client, drivers).run(stop)
+        status = os.environ.get("XCE_STATUS_FILE")  # the agent's: `xce-agent status` shows it
+        Runner(cfg, client, drivers, status_file=Path(status) if status else None).run(stop)
     except Fenced as exc:
         log.error("stopping: %s", exc)
         sys.exit(EX_TEMPFAIL)

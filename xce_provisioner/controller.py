@@ -2,7 +2,9 @@
 
 One `_call` on a requests session: every transport failure and every answer that is not the
 one expected becomes a `ControllerError` (with the controller's error kind when it gave one),
-so the runner has one failure to handle. Every call has a timeout.
+so the runner has one failure to handle, whatever the controller (or something in its place)
+answers. Every call is bounded: the answer in `timeout` from the connection to its last byte,
+and in size (drivers/bounded.py); a redirect is refused, so the token goes nowhere else.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import requests
 
 from xce_provisioner.config import ControllerSettings
+from xce_provisioner.drivers.bounded import BoundedAdapter
 from xce_provisioner.plan import Machine, Phase, Record, Step
 
 ANSWER_LIMIT = 8 * 1024 * 1024
@@ -37,6 +40,9 @@ class ControllerClient:
         self.lease = lease
         self._session = requests.Session()
         self._session.headers["Authorization"] = f"Bearer {token}"
+        adapter = BoundedAdapter(settings.timeout, ANSWER_LIMIT)
+        self._session.mount("https://", adapter)
+        self._session.mount("http://", adapter)
         self._verify: bool | str = str(settings.ca_file) if settings.ca_file else True
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -50,8 +56,8 @@ class ControllerClient:
                 verify=self._verify,
                 allow_redirects=False,
             )
-            data = answer.json() if answer.content and len(answer.content) < ANSWER_LIMIT else None
-        except (requests.RequestException, ValueError) as exc:
+            data = answer.json() if answer.content else None
+        except (requests.RequestException, ValueError, RecursionError) as exc:
             raise ControllerError(f"{method} {path}: {exc}") from None
         if answer.status_code >= 300:
             kind = data.get("error", "") if isinstance(data, dict) else ""
@@ -65,10 +71,7 @@ class ControllerClient:
         data = self._call("GET", "/v1/provisioned")
         if not isinstance(data, list):
             raise ControllerError("GET /v1/provisioned: expected a list")
-        try:
-            return {r.instance_id: r for r in (_record(item) for item in data)}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ControllerError(f"GET /v1/provisioned: malformed record ({exc})") from None
+        return {r.instance_id: r for r in (_record("GET /v1/provisioned", d) for d in data)}
 
     def step(
         self,
@@ -90,7 +93,8 @@ class ControllerClient:
             "lease": self.lease.name,
             "token": self.lease.token,
         }
-        return _record(self._call("POST", f"/v1/provisioned/{instance_id}/power", body))
+        path = f"/v1/provisioned/{instance_id}/power"
+        return _record(f"POST {path}", self._call("POST", path, body))
 
     def ack(self, instance_id: str) -> None:
         self._call("POST", f"/v1/to-return/{instance_id}/ack")
@@ -112,7 +116,15 @@ class ControllerClient:
         self._session.close()
 
 
-def _record(d: Any) -> Record:
+def _record(what: str, d: Any) -> Record:
+    """A record of the controller's answer; ControllerError when it is none."""
+    try:
+        return _parse(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ControllerError(f"{what}: malformed record ({type(exc).__name__}: {exc})") from None
+
+
+def _parse(d: Any) -> Record:
     steps = tuple(
         Step(s["decision"], s["action"], Phase(s["phase"]), int(s["attempt"]), str(s["code"]))
         for s in d["power"]

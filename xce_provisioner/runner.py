@@ -11,9 +11,12 @@ its request is sent; a write the controller refuses because the lease moved on
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from xce_protocol.reasons import Reason
 from xce_provisioner.config import Config
@@ -38,6 +41,7 @@ from xce_provisioner.plan import (
 
 log = logging.getLogger(__name__)
 WARN_EVERY = 60.0  # a repeated warning (the controller is down) at most once a minute
+RECENT = 5  # last actions shown in the status file
 
 
 class Fenced(Exception):
@@ -51,8 +55,13 @@ class Runner:
         client: ControllerClient,
         drivers: Mapping[str, PowerDriver],
         monotonic: Callable[[], float] = time.monotonic,
+        status_file: Path | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.cfg = cfg
+        self.status_file = status_file  # the agent's XCE_STATUS_FILE: shown by its status
+        self.wall = wall
+        self.recent: deque[str] = deque(maxlen=RECENT)
         self.client = client
         self.drivers = drivers
         self.monotonic = monotonic
@@ -75,6 +84,7 @@ class Runner:
             self.metrics.controller_errors += 1
             self._warn("controller", "cannot read the records: %s", exc)
             self._write_metrics()
+            self._write_status("cannot read the records")
             return
         now = self.monotonic()
         for record in records.values():
@@ -88,6 +98,17 @@ class Runner:
         for action in plan(view, now):
             self._do(action)
         self._write_metrics()
+        self._write_status("ok")
+        self._forget(records)
+
+    def _forget(self, records: Mapping[str, Record]) -> None:
+        """Keep only what the records still show: the journal of a decision the controller
+        no longer lists is not needed again (memory stays flat over months of passes)."""
+        shown = {step.key for record in records.values() for step in record.steps}
+        for key in [k for k in self.seen if k not in shown]:
+            del self.seen[key]
+        decisions = {record.decision for record in records.values()}
+        self._blocked = {b for b in self._blocked if b[1] in decisions}
 
     def _note_idle(self, records: Mapping[str, Record], now: float) -> None:
         """Idle time is counted here, on the monotonic clock, from the first pass that saw a
@@ -135,6 +156,7 @@ class Runner:
                     action.phase.value,
                     action.decision,
                 )
+                self._did(f"{action.machine.name}: {action.action} {action.phase.value}")
             elif isinstance(action, Ack):
                 self._ack(action)
             elif isinstance(action, Expect):
@@ -142,10 +164,12 @@ class Runner:
                 log.info(
                     "%s: expected (keep_warm %d)", action.machine.name, self.cfg.policy.keep_warm
                 )
+                self._did(f"{action.machine.name}: expected (keep_warm)")
             elif isinstance(action, Retire):
                 self.client.retire(action.machine.instance_id, action.why)
                 self.idle_since.pop(action.machine.instance_id, None)
                 log.info("%s: decommissioned: %s", action.machine.name, action.why)
+                self._did(f"{action.machine.name}: decommissioned ({action.why})")
             elif isinstance(action, Blocked):
                 self._blocked_once(action)
         except ControllerError as exc:
@@ -179,8 +203,10 @@ class Runner:
             self._step(
                 m, a.decision, a.action, Phase.FAILED, a.attempt, exc.code.value, exc.message
             )
+            self._did(f"{m.name}: {a.action} failed, attempt {a.attempt} [{exc.code.value}]")
             return
         self._step(m, a.decision, a.action, Phase.ISSUED, a.attempt, a.code.value)
+        self._did(f"{m.name}: {a.action} issued, attempt {a.attempt} [{a.code.value}]")
         log.info(
             "%s: %s issued, attempt %d (%s) [%s]",
             m.name,
@@ -198,6 +224,7 @@ class Runner:
                 raise
         self.metrics.steps[("ack", "confirmed", Reason.INSTANCE_RETURNED.value)] += 1
         log.info("%s: returned (%s)", a.machine.name, a.decision)
+        self._did(f"{a.machine.name}: returned")
 
     def _blocked_once(self, b: Blocked) -> None:
         key = (b.machine.name, b.decision)
@@ -205,6 +232,7 @@ class Runner:
             self._blocked.add(key)
             self.metrics.steps[("shutdown", "blocked", b.code.value)] += 1
             log.warning("%s: not powered off: %s [%s]", b.machine.name, b.why, b.code.value)
+            self._did(f"{b.machine.name}: not powered off: {b.why} [{b.code.value}]")
 
     def _warn(self, key: str, message: str, *args: object) -> None:
         now = self.monotonic()
@@ -219,3 +247,29 @@ class Runner:
             self.metrics.write(self.cfg.metrics_file)
         except OSError as exc:
             self._warn("metrics", "%s: %s", self.cfg.metrics_file, exc.strerror)
+
+    def _did(self, what: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.wall()))
+        self.recent.append(f"{stamp} {what}")
+
+    def status_lines(self, controller: str) -> list[str]:
+        """What `xce-agent status` shows under this component: the lease, the last pass,
+        the last actions (newest last)."""
+        lease = self.client.lease
+        held = f"lease {lease.name}, token {lease.token}" if lease.name else "no lease (by hand)"
+        power = [p.value for p in self.metrics.power.values()]
+        counts = ", ".join(f"{power.count(p.value)} {p.value}" for p in Power)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.wall()))
+        lines = [held, f"pass {stamp}: controller {controller}; machines {counts}"]
+        return lines + [f"last: {line}" for line in self.recent]
+
+    def _write_status(self, controller: str) -> None:
+        if self.status_file is None:
+            return
+        temp = self.status_file.with_name(f".{self.status_file.name}.tmp")
+        try:
+            with open(temp, "w") as f:
+                f.write("\n".join(self.status_lines(controller)) + "\n")
+            os.replace(temp, self.status_file)
+        except OSError as exc:
+            self._warn("status", "%s: %s", self.status_file, exc.strerror)

@@ -199,3 +199,46 @@ def test_the_ack_of_a_returned_instance_is_not_an_error(tmp_path: Path) -> None:
     ctl.ack = already  # type: ignore[method-assign]
     r.once()  # off already: the ack, answered "not returnable" (an earlier answer lost)
     assert r.metrics.steps[("ack", "confirmed", "instance_returned")] == 1
+
+
+@pytest.mark.parametrize("token", ["²", "12a", "", "-1", "١٢"])
+def test_a_lease_token_that_is_no_ascii_integer_is_a_usage_error(
+    token: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from xce_provisioner.cli import _lease
+
+    monkeypatch.setenv("XCE_LEASE_NAME", "provisioner")
+    monkeypatch.setenv("XCE_LEASE_TOKEN", token)
+    with pytest.raises(SystemExit) as exited:
+        _lease()
+    assert exited.value.code == 2
+    assert "XCE_LEASE_TOKEN: expected an integer" in capsys.readouterr().err
+    monkeypatch.setenv("XCE_LEASE_TOKEN", "42")
+    assert _lease().token == 42
+
+
+def test_the_status_file_says_the_lease_and_the_last_actions(tmp_path: Path) -> None:
+    from xce_provisioner.controller import Lease
+
+    r, ctl, _bmc = runner(Record("rf-1", "expected", "expected@1.0"), tmp_path)
+    ctl.lease = Lease("provisioner", 7)  # type: ignore[attr-defined]
+    r.status_file = tmp_path / "component-prov.status"
+    r.once()
+    text = r.status_file.read_text().splitlines()
+    assert text[0] == "lease provisioner, token 7"
+    assert "controller ok; machines 0 on, 1 off, 0 unknown" in text[1]
+    assert text[-1].endswith("node1: on issued, attempt 1 [power_on_expected]")
+    for _ in range(20):
+        r.once()
+    assert len(r.status_file.read_text().splitlines()) <= 2 + 5, "the last actions only"
+
+
+def test_the_runner_forgets_what_the_records_no_longer_show(tmp_path: Path) -> None:
+    """Months of decisions must not grow the process: the journal keys and the blocked notes
+    of decisions the controller no longer lists are dropped."""
+    r, ctl, _bmc = runner(Record("rf-1", "expected", "expected@0.0"), tmp_path)
+    for i in range(200):
+        ctl.record = Record("rf-1", "expected", f"expected@{i}.0", 0, ctl.record.steps[-2:])
+        r.once()
+    assert sum(1 for c in ctl.calls if c[:2] == ("step", "on")) >= 200, "each decision acted"
+    assert len(r.seen) <= 4, f"{len(r.seen)} journal keys kept"

@@ -8,14 +8,19 @@ unsupervised, or gone).
 
 from __future__ import annotations
 
+import os
+import stat
 import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 from xce_agent.controller.credential import HostCredential
 from xce_agent.core.membership import standing_code
 from xce_agent.core.pending_notices import PendingNotice
-from xce_agent.core.singleton_holds import describe
+from xce_agent.core.singleton_holds import SingletonHold, describe
 from xce_agent.operator.status_line import status_line
 from xce_agent.state import AgentState, ComponentRecord
+from xce_agent.supervision import status_file as component_status
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
 from xce_agent.supervision.machine import Phase
 from xce_protocol.protocol import printable
@@ -90,8 +95,72 @@ def _phase(comp: ComponentRecord, live: bool) -> str:
     return "gone"
 
 
+def read_component_status(
+    directory: Path, names: Iterable[str]
+) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """Each component's status lines (supervision/status_file.py) and when they were written;
+    a missing, unreadable or odd file (not a regular file, a symbolic link) is left out."""
+    found: dict[str, tuple[float, tuple[str, ...]]] = {}
+    for name in names:
+        path = directory / component_status.file_name(name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode):
+                found[name] = (
+                    info.st_mtime,
+                    component_status.parse(os.read(fd, component_status.LIMIT)),
+                )
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return found
+
+
+def _component(
+    comp: ComponentRecord,
+    now: float,
+    live: bool,
+    holds: Mapping[str, SingletonHold],
+    own: Mapping[str, tuple[float, tuple[str, ...]]],
+) -> list[str]:
+    lines: list[str] = []
+    phase = _phase(comp, live)
+    pid = str(comp.pid) if comp.pid else "-"
+    up = _uptime(comp.started, now) if phase in ("running", "unsupervised") else "-"
+    last = _last_exit(comp.last_exit, comp.reason, comp.phase, comp.code)
+    lines.append(
+        f"{comp.name:<18} {comp.role:<10} {phase:<12} {pid:>7} {up:>7} {comp.restarts:>8}  {last}"
+    )
+    if comp.next_retry and comp.phase == "backoff":
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(comp.next_retry))
+        lines.append(f"  next retry at {stamp}")
+    if comp.note:
+        lines.append(f"  note: {comp.note}")
+    if comp.limits:
+        lines.append(f"  limits: {comp.limits}")
+    if comp.name in holds:
+        stale = "" if live else " (as last saved: the agent is not running)"
+        lines.append(printable(f"  lease: {describe(holds[comp.name])}{stale}"))
+    if own and comp.name in own:
+        written, said = own[comp.name]
+        lines.append(f"  its status, written {_ago(written, now)}:")
+        lines.extend(f"    {line}" for line in said)
+    for line in comp.tail[-TAIL_LINES:]:
+        lines.append(f"  | {line}")
+    return lines
+
+
 def render_status(
-    state: AgentState, now: float, live: bool = True, cred: HostCredential | None = None
+    state: AgentState,
+    now: float,
+    live: bool = True,
+    cred: HostCredential | None = None,
+    own: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
 ) -> str:
     lines = [status_line(state), ""]
     if not live:
@@ -137,24 +206,5 @@ def render_status(
     lines.append(header)
     holds = {h.component: h for h in state.singletons}
     for comp in state.components:
-        phase = _phase(comp, live)
-        pid = str(comp.pid) if comp.pid else "-"
-        up = _uptime(comp.started, now) if phase in ("running", "unsupervised") else "-"
-        last = _last_exit(comp.last_exit, comp.reason, comp.phase, comp.code)
-        lines.append(
-            f"{comp.name:<18} {comp.role:<10} {phase:<12} {pid:>7} {up:>7} "
-            f"{comp.restarts:>8}  {last}"
-        )
-        if comp.next_retry and comp.phase == "backoff":
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(comp.next_retry))
-            lines.append(f"  next retry at {stamp}")
-        if comp.note:
-            lines.append(f"  note: {comp.note}")
-        if comp.limits:
-            lines.append(f"  limits: {comp.limits}")
-        if comp.name in holds:
-            stale = "" if live else " (as last saved: the agent is not running)"
-            lines.append(printable(f"  lease: {describe(holds[comp.name])}{stale}"))
-        for line in comp.tail[-TAIL_LINES:]:
-            lines.append(f"  | {line}")
+        lines.extend(_component(comp, now, live, holds, own or {}))
     return "\n".join(lines)

@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from xce_agent.supervision import status_file as component_status
 from xce_agent.supervision.boot import boot_id
 from xce_agent.supervision.cgroups import CgroupTree
 from xce_agent.supervision.identity import (
@@ -111,6 +112,8 @@ def component_env(spec: ComponentSpec, base: Mapping[str, str], owner: str = "")
     if spec.user is not None:
         entry = _passwd(spec.user)
         env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name)
+    elif owner:  # as the agent's user it can write in the state directory: its status lines
+        env[component_status.ENV] = os.path.join(owner, component_status.file_name(spec.name))
     env.update(spec.environment)
     return env
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from xce_protocol.reasons import Reason
 from xce_provisioner.drivers.base import DriverError, Power, Request
-from xce_provisioner.drivers.bounded import AnswerTooLarge, BoundedAdapter
+from xce_provisioner.drivers.bounded import AnswerTooLarge, BoundedAdapter, Redirected
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,6 +71,8 @@ def classify(exc: BaseException) -> DriverError:
             return DriverError(Reason.BMC_TLS_FAILED, text)
         if isinstance(cause, AnswerTooLarge):
             return DriverError(Reason.BMC_BAD_ANSWER, text)
+        if isinstance(cause, Redirected):
+            return DriverError(Reason.BMC_REFUSED, str(cause)[:300])
         if isinstance(cause, requests.exceptions.Timeout):
             return DriverError(Reason.BMC_TIMEOUT, text)
         return DriverError(Reason.BMC_UNREACHABLE, text)
@@ -128,7 +130,7 @@ class RedfishDriver:
 
     def power(self, system: str) -> Power:
         def read(root: Any) -> Power:
-            state = root.get_system(system).power_state
+            state = _own(system, root.get_system(system)).power_state
             value = str(getattr(state, "value", state) or "").lower()
             return _POWER_STATES.get(value, Power.UNKNOWN)
 
@@ -138,7 +140,8 @@ class RedfishDriver:
         import sushy
 
         def reset(root: Any) -> None:
-            target = root.get_system(system)
+            target = _own(system, root.get_system(system))
+            _own_reset(system, target)
             if what is Request.ON:
                 value = sushy.RESET_ON
             elif what is Request.SHUTDOWN:
@@ -161,6 +164,29 @@ class RedfishDriver:
         self._drop()
 
 
+def _own(system: str, target: Any) -> Any:
+    """The system document, if it is the one asked for: an aggregator or a BMC answering with
+    another system's document would have one machine's decision read or act on another."""
+    said = target.json.get("@odata.id") if isinstance(target.json, dict) else None
+    if said is not None and str(said).rstrip("/") != system.rstrip("/"):
+        raise DriverError(
+            Reason.BMC_BAD_ANSWER, f"asked for {system}, answered {str(said)[:200]!r}"
+        )
+    return target
+
+
+def _own_reset(system: str, target: Any) -> None:
+    """The reset action's target lies under the system's own path (not another system's)."""
+    from urllib.parse import urlsplit
+
+    uri = str(target._get_reset_action_element().target_uri)
+    if not urlsplit(uri).path.startswith(system.rstrip("/") + "/"):
+        raise DriverError(
+            Reason.BMC_BAD_ANSWER,
+            f"the reset of {system} names a target outside it: {uri[:200]!r} (not sent)",
+        )
+
+
 def _close_quietly(root: Any) -> None:
     auth = getattr(root, "_auth", None)
     try:
@@ -173,7 +199,8 @@ def _close_quietly(root: Any) -> None:
 def _sushy_root(s: RedfishSettings) -> Any:
     import sushy
     from sushy import auth as sushy_auth
-    from sushy import connector as sushy_connector
+
+    from xce_provisioner.drivers.once import OnceConnector
 
     user = read_secret(s.username_file) if s.username_file else None
     password = read_secret(s.password_file) if s.password_file else None
@@ -196,15 +223,17 @@ def _sushy_root(s: RedfishSettings) -> Any:
         auth = sushy_auth.SessionOrBasicAuth(user, password)
     verify = str(s.ca_file) if s.ca_file else True
     try:
-        conn = sushy_connector.Connector(
+        conn = OnceConnector(
             s.url,
             verify=verify,
             default_request_timeout=s.timeout,
             connect_timeout=s.timeout,
-            server_side_retries=1,  # one try: sushy's own retries would resend a reset
+            server_side_retries=1,  # one try of each (0 would mean sushy's default, 3)
             server_side_retries_delay=0,
         )
         adapter = BoundedAdapter(s.timeout)  # each answer: in `timeout`, and capped in size
+        conn._session.trust_env = False  # no proxy nor ~/.netrc from the environment: a BMC's
+        # credentials go to the BMC's url only
         conn._session.mount("https://", adapter)
         conn._session.mount("http://", adapter)
         return sushy.Sushy(s.url, verify=verify, auth=auth, connector=conn)
