@@ -104,6 +104,7 @@ class Controller:
         base = self.cluster.version
         self.host_version: dict[str, int] = dict.fromkeys(self.cluster.hosts, base)
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._watch_conn: dict[str, object] = {}  # host key -> the connection of its last watch
         self.timers = Timers()
         self.expiries = Expiries()  # when held watches end (watch_expiry.py)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -497,13 +498,16 @@ class Controller:
             raise lc.decommissioned(host)
         return host
 
-    async def watch(self, host: Host, since: int, timeout: float) -> Host:
+    async def watch(self, host: Host, since: int, timeout: float, conn: object = None) -> Host:
         """Return once the host changed after version `since`, or when its hold ends (a
-        random share of `timeout`: watch_expiry.py)."""
+        random share of `timeout`; the first watch on a connection `conn`, such as the
+        client's address and port, is held for a residual share: watch_expiry.py)."""
+        first = self._watch_conn.get(host.key) != conn
+        self._watch_conn[host.key] = conn
         if self.host_version.get(host.key, 0) <= since and timeout > 0 and not self._released:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.setdefault(host.key, []).append(fut)
-            self.expiries.add(fut, self.expiries.hold(timeout))  # watch_expiry.py
+            self.expiries.add(fut, self.expiries.hold(timeout, first))  # watch_expiry.py
             try:
                 await fut
             finally:

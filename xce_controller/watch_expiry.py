@@ -8,6 +8,13 @@ heartbeat path: each hold is a random share (HOLD_SHARE) of what was asked, so w
 start in phase end spread over seconds and drift apart; and expiries are kept in coarse
 buckets with one timer for all of them, released SLICE at a time, each slice a separate turn
 of the loop, so the sockets ready meanwhile (heartbeats) are read between two slices.
+
+The first watch on a connection (a controller restart, an agent's restart, a reconnect) is
+held for a draw of the time left in a hold already under way (`first_hold`), not for a hold
+of its own: that spreads the first round's ends over the whole of what was asked, at the rate
+of the steady state. A fresh hold would end every watch of the burst within 60-100 % of the
+timeout, at twice the steady rate, and that second-long peak of answers and re-watches came
+on top of the heartbeats.
 """
 
 from __future__ import annotations
@@ -22,6 +29,16 @@ BUCKET = 0.05  # seconds: expiries this close together are released together
 SLICE = 64  # watches released per turn of the loop
 
 
+def first_hold(asked: float, u: float, v: float) -> float:
+    """A hold's residual life at a random instant, from two uniform draws: a hold picked in
+    proportion to its length (watches are more likely to be found in a long hold), then a
+    uniform point in it. Watches that all start now then end at the steady rate from the
+    start, asked / mean hold per second, instead of all within the span of one hold."""
+    low, high = HOLD_SHARE
+    length_biased = math.sqrt(low * low + u * (high * high - low * low))
+    return asked * v * length_biased
+
+
 class Expiries:
     def __init__(self, rand: Callable[[], float] = random.random) -> None:
         self.rand = rand
@@ -31,8 +48,11 @@ class Expiries:
         self._armed: int | None = None
         self.released = 0  # watches ended by their hold (tests, metrics)
 
-    def hold(self, asked: float) -> float:
-        """How long a watch that asked for `asked` seconds is held."""
+    def hold(self, asked: float, first: bool = False) -> float:
+        """How long a watch that asked for `asked` seconds is held; `first`: the first watch
+        on its connection (first_hold)."""
+        if first:
+            return first_hold(asked, self.rand(), self.rand())
         low, high = HOLD_SHARE
         return asked * (low + (high - low) * self.rand())
 
