@@ -104,7 +104,6 @@ class Controller:
         base = self.cluster.version
         self.host_version: dict[str, int] = dict.fromkeys(self.cluster.hosts, base)
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
-        self._watch_conn: dict[str, object] = {}  # host key -> the connection of its last watch
         self.timers = Timers()
         self.expiries = Expiries()  # when held watches end (watch_expiry.py)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -498,14 +497,12 @@ class Controller:
             raise lc.decommissioned(host)
         return host
 
-    async def watch(self, host: Host, since: int, timeout: float, conn: object = None) -> Host:
+    async def watch(self, host: Host, since: int, timeout: float) -> Host:
         """Return once the host changed after version `since`, or when its hold ends (a
-        random share of `timeout`; the first watch on a connection `conn`, such as the
-        client's address and port, is held for a residual share: watch_expiry.py)."""
-        first = self._watch_conn.get(host.key) != conn
-        self._watch_conn[host.key] = conn
+        random share of `timeout`, a residual one for a round's first: watch_expiry.py)."""
         if self.host_version.get(host.key, 0) <= since and timeout > 0 and not self._released:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            first = self.expiries.first(host.key, bool(self._waiters.get(host.key)))
             self._waiters.setdefault(host.key, []).append(fut)
             self.expiries.add(fut, self.expiries.hold(timeout, first))  # watch_expiry.py
             try:
@@ -514,6 +511,7 @@ class Controller:
                 waiters = self._waiters.get(host.key)
                 if waiters and fut in waiters:
                     waiters.remove(fut)
+                self.expiries.answered(host.key)
         return self.cluster.hosts[host.key]
 
     def notice(self, host: Host, notice: Notice) -> Host:

@@ -55,9 +55,19 @@ def test_watches_begun_together_end_at_the_steady_rate_from_the_first_round() ->
     assert max(ends_per_second(first_round=False).values()) > 1.8 * steady  # the old peak
 
 
-def test_the_first_watch_on_a_connection_gets_the_first_round_hold(tmp_path: Path) -> None:
-    """A restart, reconnect or new agent starts a first round; re-watches on the same
-    connection are held a share of their own."""
+def test_a_round_starts_with_a_host_s_first_watch_or_one_after_a_pause() -> None:
+    now = [100.0]
+    expiries = we.Expiries(clock=lambda: now[0])
+    assert expiries.first("h1", held=False)  # never watched (a restart, a new host)
+    expiries.answered("h1")
+    now[0] += 1.0
+    assert not expiries.first("h1", held=False)  # its agent re-watching
+    assert expiries.first("h1", held=True)  # a second watch beside one held: a new agent
+    now[0] += we.REWATCH
+    assert expiries.first("h1", held=False)  # back after a pause
+
+
+def test_the_controller_holds_a_round_s_first_watch_for_a_residual_share(tmp_path: Path) -> None:
     cfg = ClusterConfig(templates={"default": Template("default")}, join_token="join-token-0123")
     ctl = Controller(cfg, Store(tmp_path / "db"))
     host, _, _ = ctl.join(lc.JoinRequest(name="h1", instance_id="i-1", token=cfg.join_token))
@@ -70,11 +80,11 @@ def test_the_first_watch_on_a_connection_gets_the_first_round_hold(tmp_path: Pat
     ctl.expiries.hold = hold  # type: ignore[method-assign]
 
     async def main() -> None:
-        for conn in [("127.0.0.1", 5000), ("127.0.0.1", 5000), ("127.0.0.1", 5001)]:
-            await ctl.watch(host, ctl.host_version.get(host.key, 0), 30.0, conn)
+        for _ in range(2):
+            await ctl.watch(host, ctl.host_version.get(host.key, 0), 30.0)
 
     asyncio.run(main())
-    assert seen == [True, False, True]
+    assert seen == [True, False]
 
 
 def test_a_burst_of_expiries_lets_other_callbacks_run_between_slices() -> None:

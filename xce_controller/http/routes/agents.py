@@ -144,7 +144,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
         worker: Bearer = WORKER_CREDENTIAL,
     ) -> Response:
         host = ctl.agent_host(name, instance_id, token_of(credential), peer(request), True)
-        host = await ctl.watch(host, since, timeout, request.client)
+        host = await ctl.watch(host, since, timeout)
         if host.state in TERMINAL:
             raise lc.decommissioned(host)
         jobs = [job_view(ctl, j) for j in ctl.cluster.watched_jobs(host.key)]
