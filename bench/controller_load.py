@@ -11,13 +11,14 @@ so it can be told apart.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import requests
 from bench.loadgen import Fleet, Samples, window_p99, worst_window
 from bench.stats import percentile, table
 
-PHASED_SECONDS = 45.0  # covers every hold's first end: the controller holds 60-100 % of 30 s
+PHASED_SECONDS = 45.0  # past every first hold's end (at most the 30 s asked) and into the next
 JOIN_TOKEN = "bench-join-token-0123456789"  # noqa: S105 - a throwaway cluster's
 CONFIG = f"""\
 version: 1
@@ -44,8 +45,7 @@ def start_controller(workdir: Path) -> tuple[subprocess.Popen[bytes], str, int]:
     port_file = workdir / "port"
     cluster = workdir / "cluster.yaml"
     cluster.write_text(CONFIG)
-    import os
-
+    port_file.unlink(missing_ok=True)
     wrap = os.environ.get("BENCH_CONTROLLER_WRAP")
     argv = [
         sys.executable,
@@ -123,17 +123,36 @@ def run(hosts: int = 10_000, seconds: float = 30.0, interval: float = 10.0) -> s
     watched = max(0, min(hosts, limit - hosts - 512))
     half = hosts // 2
     with tempfile.TemporaryDirectory() as tmp:
-        proc, _, port = start_controller(Path(tmp))
+        procs = [start_controller(Path(tmp))[0]]
+
+        def restart() -> tuple[int, int]:
+            """The same database under a new process: no watch held, every agent reconnects."""
+            procs[-1].terminate()
+            procs[-1].wait()
+            proc, _, port = start_controller(Path(tmp))
+            procs.append(proc)
+            return proc.pid, port
+
+        port = int((Path(tmp) / "port").read_text())
         try:
-            result = run_loop(_measure(proc.pid, port, half, hosts, watched, interval, seconds))
+            result = run_loop(
+                _measure(procs[0].pid, port, restart, half, hosts, watched, interval, seconds)
+            )
         finally:
-            proc.terminate()
-            proc.wait()
+            procs[-1].terminate()
+            procs[-1].wait()
     return _render(result, half, hosts, watched, interval, seconds)
 
 
 async def _measure(
-    pid: int, port: int, half: int, hosts: int, watched: int, interval: float, seconds: float
+    pid: int,
+    port: int,
+    restart: Callable[[], tuple[int, int]],
+    half: int,
+    hosts: int,
+    watched: int,
+    interval: float,
+    seconds: float,
 ) -> Result:
     fleet = Fleet("127.0.0.1", port, JOIN_TOKEN)
     began = time.perf_counter()
@@ -147,16 +166,20 @@ async def _measure(
     await asyncio.sleep(10)  # every host joined, nothing happening
     idle = (cpu_seconds(pid) - cpu0) / (time.perf_counter() - t0)
     await fleet.start_watches(range(half))
-    small = await fleet.heartbeats(range(half), interval, seconds, seed=1)
+    cpu = functools.partial(cpu_seconds, pid)
+    small = await fleet.heartbeats(range(half), interval, seconds, seed=1, server_cpu=cpu)
     await fleet.start_watches(range(half, watched))
     rss_watched = rss_mb(pid)
-    big = await fleet.heartbeats(range(hosts), interval, seconds, seed=2)
+    big = await fleet.heartbeats(range(hosts), interval, seconds, seed=2, server_cpu=cpu)
     await fleet.stop_watches()
-    # In phase: every watch started within one second, as after a controller restart; measured
-    # past the first end of every hold (at most the 30 s asked) and the second round's start.
+    # In phase: the controller restarted (nothing held from before) and every watch started
+    # within one second; measured past the first end of every hold (at most the 30 s asked).
+    fleet.close()
+    pid, fleet.port = restart()
     await fleet.start_watches(range(half), per_second=max(half, 1), in_phase=True)
     long = max(seconds, PHASED_SECONDS)
-    phased = await fleet.heartbeats(range(half), interval, long, seed=3)
+    cpu = functools.partial(cpu_seconds, pid)
+    phased = await fleet.heartbeats(range(half), interval, long, seed=3, server_cpu=cpu)
     await fleet.stop_watches()
     fleet.close()
     return Result(first, last, block, small, big, rss_watched, idle, phased, long)
@@ -191,6 +214,18 @@ def _latency_rows(label: str, s: Samples, p99_target: str, window_target: str) -
             f"{ms(percentile(lag, 99))} / {ms(s.stall * 1000)}",
             "",
             "the client's own lateness",
+        ],
+        [
+            f"{label}: watch answers/s, mean / busiest second",
+            f"{s.watch_rate:,.0f} / {s.watch_peak:,}",
+            "",
+            "",
+        ],
+        [
+            f"{label}: CPU, controller / generator",
+            f"{s.server_cpu:.2f} / {s.client_cpu:.2f} cores",
+            "",
+            "both on the same cores",
         ],
     ]
 

@@ -18,7 +18,8 @@ import gc
 import json
 import random
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,10 @@ class Samples:
     send_lag: list[float] = field(default_factory=list)  # the generator's own lateness
     errors: int = 0
     stall: float = 0.0  # the longest the generator's own loop was held up
+    watch_peak: int = 0  # watch answers in the busiest second of the phase
+    watch_rate: float = 0.0  # watch answers per second, over the phase
+    server_cpu: float = 0.0  # the controller's CPU over the phase, in cores
+    client_cpu: float = 0.0  # the generator's own
 
 
 @contextlib.contextmanager
@@ -106,6 +111,7 @@ class Fleet:
         self.watching = False
         self.watch_tasks: list[asyncio.Task[None]] = []
         self.in_phase = False  # every watch asks for 30 s from its first one
+        self.answered: list[float] = []  # when each watch answer came
 
     def name(self, i: int) -> str:
         return f"load{i:05d}"
@@ -174,6 +180,7 @@ class Fleet:
                 return
             if status == 200:
                 self.versions[i] = int(answer["version"])
+                self.answered.append(time.perf_counter())
 
     async def stop_watches(self) -> None:
         self.watching = False
@@ -185,8 +192,17 @@ class Fleet:
         self.watches.clear()
         self.watch_tasks.clear()
 
-    async def heartbeats(self, hosts: range, interval: float, seconds: float, seed: int) -> Samples:
-        """Each host heartbeats every `interval` at a random phase, for `seconds`."""
+    async def heartbeats(
+        self,
+        hosts: range,
+        interval: float,
+        seconds: float,
+        seed: int,
+        server_cpu: Callable[[], float] = lambda: 0.0,
+    ) -> Samples:
+        """Each host heartbeats every `interval` at a random phase, for `seconds`; the watch
+        answers per second and the CPU of both sides (`server_cpu`: the controller's CPU
+        seconds so far) over the same time."""
         rng = random.Random(seed)
         samples = Samples()
         body = {
@@ -223,8 +239,16 @@ class Fleet:
         with collector_paused():
             start = time.perf_counter() + 0.5  # after the collector's pass, which is not timed
             monitor = asyncio.ensure_future(watch_loop(samples, start, start + seconds))
+            self.answered.clear()
+            cpu0, own0, wall0 = server_cpu(), time.process_time(), time.perf_counter()
             await asyncio.gather(*(host(i, rng.uniform(0, interval), start) for i in hosts))
             await monitor
+            wall = time.perf_counter() - wall0
+            samples.server_cpu = (server_cpu() - cpu0) / wall
+            samples.client_cpu = (time.process_time() - own0) / wall
+        per_second = Counter(int(t - start) for t in self.answered if start <= t < start + seconds)
+        samples.watch_peak = max(per_second.values(), default=0)
+        samples.watch_rate = sum(per_second.values()) / seconds
         return samples
 
     def close(self) -> None:

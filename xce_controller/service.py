@@ -499,17 +499,19 @@ class Controller:
 
     async def watch(self, host: Host, since: int, timeout: float) -> Host:
         """Return once the host changed after version `since`, or when its hold ends (a
-        random share of `timeout`: watch_expiry.py)."""
+        random share of `timeout`, a residual one for a round's first: watch_expiry.py)."""
         if self.host_version.get(host.key, 0) <= since and timeout > 0 and not self._released:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            first = self.expiries.first(host.key, bool(self._waiters.get(host.key)))
             self._waiters.setdefault(host.key, []).append(fut)
-            self.expiries.add(fut, self.expiries.hold(timeout))  # watch_expiry.py
+            self.expiries.add(fut, self.expiries.hold(timeout, first))  # watch_expiry.py
             try:
                 await fut
             finally:
                 waiters = self._waiters.get(host.key)
                 if waiters and fut in waiters:
                     waiters.remove(fut)
+                self.expiries.answered(host.key)
         return self.cluster.hosts[host.key]
 
     def notice(self, host: Host, notice: Notice) -> Host:
