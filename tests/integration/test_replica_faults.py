@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.integration import history_checker as history
 from tests.integration.helpers import wait_for
 from tests.integration.replica_set import ADMIN_TOKEN, CONFIG, JOIN_TOKEN, Replicas, call
 from tests.pg_server import PgCluster, PgServer, need_pg
@@ -175,10 +176,13 @@ def failover(replicas: Replicas, pg: PgCluster, standby: PgServer) -> None:
             t.join(30)
     store = open_store(f"host={pg.root} port=5443 user=postgres dbname=xce")
     try:
-        got = [f.data["instance_id"] for f in store.facts() if f.kind == "expected"]
+        log = store.facts()
+        got = [f.data["instance_id"] for f in log if f.kind == "expected"]
         assert set(acked) <= set(got)  # every acknowledged decision survived
         assert len(got) == len(set(got))  # and none twice
         assert store.load()[0].hosts == store.replay().hosts
+        assert history.problems(log) == []
+        assert history.acknowledged(log, acked, history.expected_instance) == []
     finally:
         store.close()
     states = {h["name"]: h["state"] for h in call(b, "GET", "/v1/hosts").json()}
