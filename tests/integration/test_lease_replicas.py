@@ -3,7 +3,8 @@ fault schedules (lease_faults.py) with kill -9 of a replica and failovers of the
 (kill -9 of the primary, its synchronous standby promoted) among them; each kind at least once.
 The probes' records show no two components of a lease at once and tokens that only grow.
 
-XCE_LEASE_REPLICA_SCHEDULES and XCE_LEASE_SEED change the run (`make lease-replica-soak`).
+XCE_LEASE_REPLICA_SCHEDULES and XCE_LEASE_SEED change the run (`make lease-replica-soak`
+runs a long one).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ TTL = 2.0
 def test_never_two_across_replica_kills_and_database_failovers(tmp_path: Path) -> None:
     need_pg()
     seed = int(os.environ.get("XCE_LEASE_SEED", str(random.SystemRandom().randrange(10**6))))
-    c = ReplicaLeaseCluster(tmp_path, hosts=3, leases=3, ttl=TTL).start()
+    c = ReplicaLeaseCluster(tmp_path, hosts=3, leases=3, ttl=TTL)
+    c.start()
     try:
         c.wait_all_held()
         report = Chaos(c, seed, each_first=True).run(SCHEDULES)
