@@ -101,15 +101,15 @@ def test_a_replica_whose_listener_is_cut_still_sees_every_fact_within_the_poll(
         other.stop()
 
 
-def test_primary_killed_and_standby_promoted_loses_no_acknowledged_decision(
-    tmp_path: Path,
-) -> None:
+@contextlib.contextmanager
+def primary_and_standby(port: int) -> Iterator[tuple[PgCluster, PgServer, str]]:
+    """A primary on `port` with a synchronous standby on the next; the multi-host string."""
     need_pg()
-    pg = PgCluster(port=5442)
+    pg = PgCluster(port=port)
     try:
         pg.primary.sql("CREATE DATABASE xce")
         open_store(pg.primary.dsn("xce")).close()  # the schema, before the copy
-        standby = pg.primary.standby("standby", 5443)
+        standby = pg.primary.standby("standby", port + 1)
         pg.servers.append(standby)
         pg.primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
         pg.primary.sql("SELECT pg_reload_conf()")
@@ -117,19 +117,60 @@ def test_primary_killed_and_standby_promoted_loses_no_acknowledged_decision(
             lambda: pg.primary.sql("SELECT count(*) FROM pg_stat_replication "
                                    "WHERE sync_state = 'sync'") == "1", timeout=30)  # fmt: skip
         dsn = (
-            f"host={pg.root},{pg.root} port=5442,5443 user=postgres dbname=xce "
+            f"host={pg.root},{pg.root} port={port},{port + 1} user=postgres dbname=xce "
             "target_session_attrs=read-write connect_timeout=2"
         )
+        yield pg, standby, dsn
+    finally:
+        pg.close()
+
+
+def test_primary_killed_and_standby_promoted_loses_no_acknowledged_decision(
+    tmp_path: Path,
+) -> None:
+    with primary_and_standby(5442) as (pg, standby, dsn):
         replicas = Replicas(tmp_path, dsn, 2).start()
         try:
             failover(replicas, pg, standby)
             kept = facts(f"host={pg.root} port=5443 user=postgres dbname=xce")
         finally:
             replicas.stop()
-    finally:
-        pg.close()
     lost = [d for k, _, d in kept if k == "state" and d.get("state") == "lost"]
     assert not lost, lost
+
+
+def test_after_a_failover_longer_than_the_grace_no_host_is_lost_for_a_grace(
+    tmp_path: Path,
+) -> None:
+    """The primary down for twice the 4 s grace, then the standby promoted; the host's agent
+    beats through one replica and, backed off, is first heard 2 s (half the grace) after the
+    promotion. The heartbeat times died with the primary (an unlogged table): judged by them,
+    the host would be lost at the first timer pass on the new primary."""
+    with primary_and_standby(5446) as (pg, standby, dsn):
+        replicas = Replicas(tmp_path, dsn, 2).start()
+        try:
+            a, b = replicas.urls
+            cred = call(b, "POST", "/v1/join", {"host": "far"}, JOIN_TOKEN).json()["credential"]
+            for _ in range(3):
+                assert call(b, "POST", "/v1/hosts/far/heartbeat", {}, cred).status_code == 200
+            pg.primary.kill()
+            time.sleep(8.0)  # the outage itself (no agent reaches the database meanwhile)
+            standby.promote()
+            promoted = time.monotonic()
+            time.sleep(2.0)  # the agent's backoff: first heard half a grace after the promotion
+            beats = []
+            while time.monotonic() - promoted < 7.0:  # past a grace after the first pass
+                with contextlib.suppress(requests.RequestException):
+                    beats.append(call(b, "POST", "/v1/hosts/far/heartbeat", {}, cred))
+                time.sleep(0.3)  # the heartbeat interval
+            assert beats and beats[-1].status_code == 200, [r.text for r in beats[-3:]]
+            kept = facts(f"host={pg.root} port=5447 user=postgres dbname=xce")
+            states = {h["name"]: h["state"] for h in call(a, "GET", "/v1/hosts").json()}
+        finally:
+            replicas.stop()
+    lost = [d for k, _, d in kept if k == "state" and d.get("state") == "lost"]
+    assert not lost, lost
+    assert states["far"] == "open"
 
 
 def failover(replicas: Replicas, pg: PgCluster, standby: PgServer) -> None:
