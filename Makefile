@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak never-two-soak provisioner-idle-soak ha-soak clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak lease-replica-soak never-two-soak provisioner-idle-soak ha-soak clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -55,6 +55,12 @@ bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 SCHEDULES ?= 500
 lease-soak: $(STAMP)
 	$(PY) -m bench leases --schedules $(SCHEDULES)
+
+# The same with the controller as two replicas on PostgreSQL, replica kills and database
+# failovers among the faults (tests/integration/test_lease_replicas.py runs 12 in `make test`).
+REPLICA_SCHEDULES ?= 100
+lease-replica-soak: $(STAMP)
+	XCE_LEASE_REPLICA_SCHEDULES=$(REPLICA_SCHEDULES) $(PY) -m pytest -q -s tests/integration/test_lease_replicas.py
 
 # Never two copies of a component at length (tests/integration/test_never_two_checker.py runs
 # 100 schedules in `make test`); needs root, mount(8) and cgroup v2. SEED=S replays a run;

@@ -111,7 +111,11 @@ class PgServer:
         return other.start()
 
     def promote(self) -> None:
-        self._run("pg_ctl", "-w", "-D", str(self.data), "promote")
+        done = self._run("pg_ctl", "-w", "-D", str(self.data), "promote", check=False)
+        if done.returncode:
+            log = self.root / f"{self.data.name}.log"
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise RuntimeError(f"promote failed: {done.stdout}{done.stderr}\n{tail}")
 
     def kill(self) -> None:
         """kill -9 of the postmaster (its backends exit when they see it gone)."""

@@ -76,8 +76,8 @@ class ControllerProcess:
                         self.url + "/v1/info", timeout=1, verify=self.verify, cert=self.client_cert
                     )
                     return self
-                except requests.ConnectionError:
-                    pass
+                except (requests.ConnectionError, requests.Timeout):
+                    pass  # not listening yet, or slow on a loaded machine: asked again
             if self.proc.poll() is not None:
                 raise RuntimeError((self.workdir / "controller.log").read_text())
             time.sleep(0.05)

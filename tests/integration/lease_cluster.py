@@ -6,14 +6,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import selectors
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import requests
 
@@ -37,10 +39,13 @@ templates:
 
 class Proxy:
     """Forwards one agent's connections to the controller; `blackhole` makes them vanish:
-    bytes are taken and dropped both ways, so the agent sees only timeouts."""
+    bytes are taken and dropped both ways, so the agent sees only timeouts. Given several
+    controller ports (replicas), each connection goes to the next that accepts, as through a
+    load balancer."""
 
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
+    def __init__(self, upstream_port: int, *others: int) -> None:
+        self.upstream_ports = [upstream_port, *others]
+        self._next = 0
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
@@ -91,14 +96,25 @@ class Proxy:
                 self._dark.add(client)
                 self._sel.register(client, selectors.EVENT_READ)
                 return
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.upstream_port), 1)
-            except OSError:
+            upstream = self._connect()
+            if upstream is None:
                 client.close()  # the controller is down: refused, as it would be
                 return
             self._pairs[client], self._pairs[upstream] = upstream, client
             for sock in (client, upstream):
                 self._sel.register(sock, selectors.EVENT_READ)
+
+    def _connect(self) -> socket.socket | None:
+        ports = self.upstream_ports
+        for n in range(len(ports)):
+            port = ports[(self._next + n) % len(ports)]
+            try:
+                upstream = socket.create_connection(("127.0.0.1", port), 1)
+            except OSError:
+                continue
+            self._next = (self._next + n + 1) % len(ports)
+            return upstream
+        return None
 
     def _pump(self, sock: socket.socket) -> None:
         if sock not in self._pairs:
@@ -245,8 +261,8 @@ class LeaseCluster:
         self.records = root / "records"
         self.records.mkdir()
         self.leases = [f"lease-{i}" for i in range(leases)]
-        self.ctl = ControllerProcess(root, CLUSTER).start()
-        self.proxies = [Proxy(self.ctl.port) for _ in range(hosts)]
+        ports = self._start_controllers()
+        self.proxies = [Proxy(*ports) for _ in range(hosts)]
         self.agents = [
             LeaseAgent(root, f"h{i}", self.proxies[i], self.leases, ttl, self.records, give_up)
             for i in range(hosts)
@@ -256,6 +272,30 @@ class LeaseCluster:
         for agent in self.agents:
             agent.start()
         return self
+
+    def _start_controllers(self) -> list[int]:
+        """The controller(s) the agents' proxies forward to: their ports."""
+        self.ctl = ControllerProcess(self.root, CLUSTER).start()
+        return [self.ctl.port]
+
+    def _stop_controllers(self) -> None:
+        self.ctl.stop()
+
+    # The controller's faults the chaos may choose (lease_faults.py), with their weights.
+    controller_faults: ClassVar[dict[str, int]] = {"kill-controller": 1}
+
+    def controller_fault(self, kind: str, rnd: random.Random) -> float:
+        """Inflict one controller fault and lift it; how long it lasted."""
+        assert kind == "kill-controller"
+        duration = rnd.uniform(0.1, 1.0) * self.ttl
+        self.ctl.kill()
+        time.sleep(duration)
+        self.ctl.start()
+        return duration
+
+    def heal_controller(self) -> None:
+        if self.ctl.proc is None or self.ctl.proc.poll() is not None:
+            self.ctl.start()
 
     def admin(self, method: str, path: str) -> Any:
         headers = {"Authorization": f"Bearer {ADMIN}"}
@@ -292,7 +332,7 @@ class LeaseCluster:
                 agent.kill()
         for proxy in self.proxies:
             proxy.close()
-        self.ctl.stop()
+        self._stop_controllers()
         # Anything a killed agent left (a fence past its deadline is gone by itself).
         for path in self.records.glob("*/*.rec"):
             pid = int(path.stem.rsplit("-", 1)[1])

@@ -6,8 +6,10 @@ component runs again. Lanes run at once, so faults overlap; a per-target lock ke
 from stopping and killing the same agent at the same time.
 
 Faults: a blackhole of the agent's traffic, kill -9 of the agent (restarted later, a new
-run), kill -9 of the holder's component, kill -9 of the controller (restarted later), SIGSTOP
-of the agent for longer than the TTL.
+run), kill -9 of the holder's component, SIGSTOP of the agent for longer than the TTL, and the
+cluster's controller faults (`LeaseCluster.controller_faults`: kill -9 of the controller,
+restarted later; on replicas, kill -9 of one replica and a database failover). Controller
+faults are never back to back, and with `each_first` every kind of them comes early.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ KINDS = {
     "kill-agent": 2,
     "kill-component": 2,
     "sigstop": 2,
-    "kill-controller": 1,
 }
 LOSES_HOST = ("blackhole", "kill-agent", "sigstop")  # the holder's host is gone for a while
 MEASURE_EVERY = 5  # every 5th host fault has the cluster to itself and its takeover timed
@@ -48,6 +49,7 @@ class Fault:
 
 @dataclass
 class Report:
+    kinds: list[str] = field(default_factory=list)
     schedules: int = 0
     faults: list[Fault] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -58,7 +60,7 @@ class Report:
     def line(self, ttl: float) -> str:
         p50 = percentile(self.takeovers, 0.5) / ttl
         p95 = percentile(self.takeovers, 0.95) / ttl
-        kinds = ", ".join(f"{k} {sum(f.kind == k for f in self.faults)}" for k in KINDS)
+        kinds = ", ".join(f"{k} {sum(f.kind == k for f in self.faults)}" for k in self.kinds)
         return (
             f"{self.schedules} schedules ({kinds}), {self.intervals} intervals, "
             f"{len(self.violations)} violations, {len(self.takeovers)} takeovers measured: "
@@ -67,9 +69,11 @@ class Report:
 
 
 class Chaos:
-    def __init__(self, cluster: LeaseCluster, seed: int) -> None:
+    def __init__(self, cluster: LeaseCluster, seed: int, each_first: bool = False) -> None:
         self.c = cluster
         self.rnd = random.Random(seed)  # noqa: S311 - a reproducible schedule
+        self.kinds = {**KINDS, **cluster.controller_faults}
+        self.owed = set(cluster.controller_faults) if each_first else set()  # not yet run
         self.locks = {a.name: threading.Lock() for a in cluster.agents}
         self.locks["controller"] = threading.Lock()
         self.faults: list[Fault] = []
@@ -91,7 +95,7 @@ class Chaos:
         for thread in threads:
             thread.join()
         self.heal()
-        return analyse(self.c, self.faults)
+        return analyse(self.c, self.faults, list(self.kinds))
 
     def _take(self) -> bool:
         with self._mutex:
@@ -110,11 +114,18 @@ class Chaos:
     def _kind(self, rnd: random.Random) -> str:
         # Each controller restart keeps every lease for one TTL: back-to-back ones would
         # only measure that (see _target).
-        return rnd.choices(list(KINDS), weights=list(KINDS.values()))[0]
+        while self.owed:  # each controller fault at least once: wait for its turn
+            quiet = time.monotonic() - self.controller_back >= 4 * self.c.ttl
+            if quiet and not self.locks["controller"].locked():
+                with self._mutex:
+                    if self.owed:
+                        return rnd.choice(sorted(self.owed))
+            time.sleep(0.1)
+        return rnd.choices(list(self.kinds), weights=list(self.kinds.values()))[0]
 
     def _target(self, kind: str, lease: str, rnd: random.Random) -> tuple[str, threading.Lock]:
         """The holder of the lane's lease mostly, else any host; whose lock is free."""
-        if kind == "kill-controller":
+        if kind in self.c.controller_faults:
             lock = self.locks["controller"]
             recent = time.monotonic() - self.controller_back < 4 * self.c.ttl
             if not recent and lock.acquire(blocking=False):
@@ -122,7 +133,7 @@ class Chaos:
             kind = "kill-component"  # the controller was just (or is being) restarted
         while True:
             target = "controller"
-            if kind != "kill-controller":
+            if kind not in self.c.controller_faults:
                 holder = self.c.holders().get(lease, "")
                 names = [a.name for a in self.c.agents]
                 target = holder if holder and rnd.random() < 0.85 else rnd.choice(names)
@@ -138,14 +149,12 @@ class Chaos:
             with self._mutex:
                 self.host_faults += 1
                 measured = self.host_faults % MEASURE_EVERY == 0
-        exclusive = measured or kind == "kill-controller"
+        exclusive = measured or kind in self.c.controller_faults
         with self._slots(2 if exclusive else 1 if kind in LOSES_HOST else 0):
             if measured:
                 time.sleep(0.5 * self.c.ttl)  # what the last faults left settles
             target, lock = self._target(kind, lease, rnd)
-            if target == "controller":
-                kind = "kill-controller"
-            elif kind == "kill-controller":
+            if kind in self.c.controller_faults and target != "controller":
                 kind = "kill-component"
             try:
                 fault = Fault(kind, target, lease, time.monotonic(), measured=measured)
@@ -192,11 +201,9 @@ class Chaos:
         elif kind == "kill-component":
             self._kill_component(fault.lease, target)
         else:
-            fault.duration = rnd.uniform(0.1, 1.0) * ttl
-            self.c.ctl.kill()
-            time.sleep(fault.duration)
-            self.c.ctl.start()
+            fault.duration = self.c.controller_fault(kind, rnd)
             self.controller_back = time.monotonic()
+            self.owed.discard(kind)
 
     def _kill_component(self, lease: str, host: str) -> None:
         for path in sorted((self.c.records / lease).glob(f"{host}-*.rec"), reverse=True):
@@ -222,19 +229,18 @@ class Chaos:
             agent.pause(False)
             if not agent.alive():
                 agent.start()
-        if self.c.ctl.proc is None or self.c.ctl.proc.poll() is not None:
-            self.c.ctl.start()
+        self.c.heal_controller()
 
 
-def analyse(c: LeaseCluster, faults: list[Fault]) -> Report:
-    report = Report(schedules=len(faults), faults=faults)
+def analyse(c: LeaseCluster, faults: list[Fault], kinds: list[str]) -> Report:
+    report = Report(kinds=kinds, schedules=len(faults), faults=faults)
     found = intervals(c.records)
     for spans in found.values():
         report.violations += violations(spans)
         report.intervals += len(spans)
     hosts = [a.name for a in c.agents]
     for fault in faults:
-        if not fault.measured or not _clean(fault, faults, c.ttl, hosts):
+        if not fault.measured or not _clean(fault, faults, c.ttl, hosts, set(c.controller_faults)):
             continue
         for spans in found.values():  # every lease the host ran then is lost with it
             held = [s for s in spans if s.host == fault.target and s.start <= fault.start < s.end]
@@ -248,14 +254,16 @@ def analyse(c: LeaseCluster, faults: list[Fault]) -> Report:
     return report
 
 
-def _clean(fault: Fault, faults: list[Fault], ttl: float, hosts: list[str]) -> bool:
+def _clean(
+    fault: Fault, faults: list[Fault], ttl: float, hosts: list[str], controller: set[str]
+) -> bool:
     """Whether nothing else could delay the takeover: the controller up, and another host
     well all along (a restarted agent counts as down until it has had a TTL to join)."""
 
     def overlaps(f: Fault, tail: float, since: float) -> bool:
         return f.start < fault.start + 2 * ttl and f.end + tail > since
 
-    if any(f.kind == "kill-controller" and overlaps(f, ttl, fault.start - ttl) for f in faults):
+    if any(f.kind in controller and overlaps(f, ttl, fault.start - ttl) for f in faults):
         return False
     troubled = {fault.target}
     for f in faults:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.integration import history_checker as history
 from tests.integration.helpers import wait_for
 from tests.integration.replica_set import ADMIN_TOKEN, CONFIG, JOIN_TOKEN, Replicas, call
 from tests.pg_server import PgCluster, PgServer, need_pg
@@ -41,11 +42,17 @@ def test_a_replica_whose_clock_runs_60s_fast_fires_no_timer_early(
     try:
         a, fast = replicas.urls
         began = time.monotonic()
-        body = {"instance_id": "i-1", "template": "default", "deadline_in": 3}
+        # Longer than the 4 s grace a replica gives from its start: the deadline decides.
+        body = {"instance_id": "i-1", "template": "default", "deadline_in": 8}
         assert call(fast, "POST", "/v1/expected", body).status_code == 201
         assert call(a, "POST", "/v1/expected", {**body, "instance_id": "i-2"}).status_code == 201
-        wait_for(lambda: len([k for k, _, _ in facts(pg_dsn) if k == "state"]) == 2, timeout=20)
-        assert time.monotonic() - began >= 2.9  # neither replica fired before the deadline
+
+        def overdue() -> int:
+            return len([k for k, _, _ in facts(pg_dsn) if k == "state"])
+
+        wait_for(lambda: overdue() >= 1, timeout=20, step=0.1)
+        assert time.monotonic() - began >= 7.9  # neither replica fired before the deadline
+        wait_for(lambda: overdue() == 2, timeout=20)
         expected = {d["instance_id"]: at for k, at, d in facts(pg_dsn) if k == "expected"}
         # Both recorded by the database's clock: the fast replica's is not 60 s ahead.
         assert abs(expected["i-1"] - expected["i-2"]) < 2
@@ -100,15 +107,15 @@ def test_a_replica_whose_listener_is_cut_still_sees_every_fact_within_the_poll(
         other.stop()
 
 
-def test_primary_killed_and_standby_promoted_loses_no_acknowledged_decision(
-    tmp_path: Path,
-) -> None:
+@contextlib.contextmanager
+def primary_and_standby(port: int) -> Iterator[tuple[PgCluster, PgServer, str]]:
+    """A primary on `port` with a synchronous standby on the next; the multi-host string."""
     need_pg()
-    pg = PgCluster(port=5442)
+    pg = PgCluster(port=port)
     try:
         pg.primary.sql("CREATE DATABASE xce")
         open_store(pg.primary.dsn("xce")).close()  # the schema, before the copy
-        standby = pg.primary.standby("standby", 5443)
+        standby = pg.primary.standby("standby", port + 1)
         pg.servers.append(standby)
         pg.primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
         pg.primary.sql("SELECT pg_reload_conf()")
@@ -116,19 +123,60 @@ def test_primary_killed_and_standby_promoted_loses_no_acknowledged_decision(
             lambda: pg.primary.sql("SELECT count(*) FROM pg_stat_replication "
                                    "WHERE sync_state = 'sync'") == "1", timeout=30)  # fmt: skip
         dsn = (
-            f"host={pg.root},{pg.root} port=5442,5443 user=postgres dbname=xce "
+            f"host={pg.root},{pg.root} port={port},{port + 1} user=postgres dbname=xce "
             "target_session_attrs=read-write connect_timeout=2"
         )
+        yield pg, standby, dsn
+    finally:
+        pg.close()
+
+
+def test_primary_killed_and_standby_promoted_loses_no_acknowledged_decision(
+    tmp_path: Path,
+) -> None:
+    with primary_and_standby(5442) as (pg, standby, dsn):
         replicas = Replicas(tmp_path, dsn, 2).start()
         try:
             failover(replicas, pg, standby)
             kept = facts(f"host={pg.root} port=5443 user=postgres dbname=xce")
         finally:
             replicas.stop()
-    finally:
-        pg.close()
     lost = [d for k, _, d in kept if k == "state" and d.get("state") == "lost"]
     assert not lost, lost
+
+
+def test_after_a_failover_longer_than_the_grace_no_host_is_lost_for_a_grace(
+    tmp_path: Path,
+) -> None:
+    """The primary down for twice the 4 s grace, then the standby promoted; the host's agent
+    beats through one replica and, backed off, is first heard 2 s (half the grace) after the
+    promotion. The heartbeat times died with the primary (an unlogged table): judged by them,
+    the host would be lost at the first timer pass on the new primary."""
+    with primary_and_standby(5446) as (pg, standby, dsn):
+        replicas = Replicas(tmp_path, dsn, 2).start()
+        try:
+            a, b = replicas.urls
+            cred = call(b, "POST", "/v1/join", {"host": "far"}, JOIN_TOKEN).json()["credential"]
+            for _ in range(3):
+                assert call(b, "POST", "/v1/hosts/far/heartbeat", {}, cred).status_code == 200
+            pg.primary.kill()
+            time.sleep(8.0)  # the outage itself (no agent reaches the database meanwhile)
+            standby.promote()
+            promoted = time.monotonic()
+            time.sleep(2.0)  # the agent's backoff: first heard half a grace after the promotion
+            beats = []
+            while time.monotonic() - promoted < 7.0:  # past a grace after the first pass
+                with contextlib.suppress(requests.RequestException):
+                    beats.append(call(b, "POST", "/v1/hosts/far/heartbeat", {}, cred))
+                time.sleep(0.3)  # the heartbeat interval
+            assert beats and beats[-1].status_code == 200, [r.text for r in beats[-3:]]
+            kept = facts(f"host={pg.root} port=5447 user=postgres dbname=xce")
+            states = {h["name"]: h["state"] for h in call(a, "GET", "/v1/hosts").json()}
+        finally:
+            replicas.stop()
+    lost = [d for k, _, d in kept if k == "state" and d.get("state") == "lost"]
+    assert not lost, lost
+    assert states["far"] == "open"
 
 
 def failover(replicas: Replicas, pg: PgCluster, standby: PgServer) -> None:
@@ -175,10 +223,13 @@ def failover(replicas: Replicas, pg: PgCluster, standby: PgServer) -> None:
             t.join(30)
     store = open_store(f"host={pg.root} port=5443 user=postgres dbname=xce")
     try:
-        got = [f.data["instance_id"] for f in store.facts() if f.kind == "expected"]
+        log = store.facts()
+        got = [f.data["instance_id"] for f in log if f.kind == "expected"]
         assert set(acked) <= set(got)  # every acknowledged decision survived
         assert len(got) == len(set(got))  # and none twice
         assert store.load()[0].hosts == store.replay().hosts
+        assert history.problems(log) == []
+        assert history.acknowledged(log, acked, history.expected_instance) == []
     finally:
         store.close()
     states = {h["name"]: h["state"] for h in call(b, "GET", "/v1/hosts").json()}

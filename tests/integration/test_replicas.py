@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 import requests
 
+from tests.integration import history_checker as history
 from tests.integration.helpers import wait_for
 from tests.integration.replica_set import JOIN_TOKEN, Replicas, call
+from xce_controller.core.model import Fact
 from xce_controller.store.open import open_store
 
 
@@ -26,12 +28,16 @@ def two(tmp_path: Path, pg_dsn: str) -> Iterator[Replicas]:
     replicas.stop()
 
 
-def kinds(dsn: str) -> list[tuple[str, dict[str, Any]]]:
+def facts(dsn: str) -> list[Fact]:
     store = open_store(dsn)
     try:
-        return [(f.kind, f.data) for f in store.facts()]
+        return store.facts()
     finally:
         store.close()
+
+
+def kinds(dsn: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(f.kind, f.data) for f in facts(dsn)]
 
 
 def test_the_elastic_host_story_with_requests_spread_over_two_replicas(
@@ -105,6 +111,7 @@ def test_racing_replicas_make_each_decision_once(tmp_path: Path, pg_dsn: str) ->
         for url in urls:  # every replica tells the same story
             hosts = call(url, "GET", "/v1/hosts", all="true").json()
             assert {h["state"] for h in hosts} == {"decommissioned"}
+        assert history.problems(facts(pg_dsn)) == []
     finally:
         replicas.stop()
 
@@ -178,5 +185,8 @@ def test_killing_a_replica_mid_decisions_loses_or_doubles_none(tmp_path: Path, p
             assert store.load()[0].hosts == store.replay().hosts
         finally:
             store.close()
+        log = facts(pg_dsn)
+        assert history.problems(log) == []
+        assert history.acknowledged(log, acked, history.expected_instance) == []
     finally:
         replicas.stop()
