@@ -47,6 +47,7 @@ class Size:
     watched: int
     joins: float  # joins/s of the hosts added for this size
     busy: int  # joins answered 503 and tried again
+    reload: float  # seconds to read the whole state (what a replica does on a stale change)
     staggered: Phase
     phased: Phase
     rss: list[float]  # MB per replica, watches open
@@ -146,6 +147,7 @@ async def _mode(
         await spread.join(joined, hosts)
         joins = (hosts - joined) / (time.perf_counter() - began)
         joined = hosts
+        reload = _reload_seconds(store)
         watched = max(0, min(hosts, limit - hosts - 512 - 2 * PROBES))
         await spread.start_watches(range(watched))
         rss = [rss_mb(p) for p in pids if p > 0]
@@ -155,7 +157,7 @@ async def _mode(
         phased = await _phase(spread, pids, hosts, plan.phased, plan, None, seed=2)
         await spread.stop_watches()
         busy = spread.busy - busy
-        mode.sizes.append(Size(hosts, watched, joins, busy, staggered, phased, rss))
+        mode.sizes.append(Size(hosts, watched, joins, busy, reload, staggered, phased, rss))
     mode.appends, mode.append_cpu_replicas, mode.append_cpu_db = await _appends(
         ports, pids, store, plan.appends
     )
@@ -279,6 +281,16 @@ async def _appends(
     return facts / took, (cpu1[0] - cpu0[0]) / facts, (cpu1[1] - cpu0[1]) / facts
 
 
+def _reload_seconds(store: str) -> float:
+    opened = open_store(store)
+    try:
+        began = time.perf_counter()
+        opened.load()
+        return time.perf_counter() - began
+    finally:
+        opened.close()
+
+
 def _head(store: str) -> int:
     opened = open_store(store)
     try:
@@ -369,6 +381,13 @@ def _render(modes: list[Mode], plan: Plan) -> str:
                 f"{n}: CPU per heartbeat, replicas / database",
                 *(_per_beat(s) for s in (a, b)),
                 "staggered phase, whole processes",
+            ]
+        )
+        rows.append(
+            [
+                f"{n}: whole state read (a reload)",
+                *(f"{s.reload * 1000:.0f} ms" for s in (a, b)),
+                "on each change refused as stale",
             ]
         )
         rows.append(

@@ -180,20 +180,23 @@ class Spread:
         for i in range(first, last):
             self.lead.beats.setdefault(i, RoamingConn("127.0.0.1", self.ports, i, self.failures))
 
-    async def join(self, first: int, last: int, concurrency: int = 32) -> list[float]:
+    async def join(
+        self, first: int, last: int, concurrency: int = 32, via: int | None = None
+    ) -> list[float]:
         """As Fleet.join_all, but a 503 (the replicas kept overtaking each other's decisions,
-        or the database is away) is tried again later, as the agent does; the finish times."""
+        or the database is away) is tried again later, as the agent does; the finish times.
+        Each host joins through its own replica, or all through replica `via`."""
         self.place(first, last)
         fleet, done = self.lead, []
         queue = iter(range(first, last))
 
         async def worker() -> None:
+            own = Conn("127.0.0.1", self.ports[via]) if via is not None else None
             for i in queue:
                 body = {"host": fleet.name(i), "instance_id": f"i-load-{i}"}
+                conn = own or fleet.beats[i]
                 while True:
-                    status, answer = await fleet.beats[i].request(
-                        "POST", "/v1/join", body, fleet.join_token
-                    )
+                    status, answer = await conn.request("POST", "/v1/join", body, fleet.join_token)
                     if status != 503:
                         break
                     self.busy += 1
@@ -203,6 +206,8 @@ class Spread:
                 fleet.versions[i] = int(answer["version"])
                 fleet.credentials[i] = str(answer.get("credential", ""))
                 done.append(time.perf_counter())
+            if own is not None:
+                own.close()
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return done
