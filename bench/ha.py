@@ -209,6 +209,14 @@ class Probes:
         return wakes
 
     async def once(self, i: int, action: str) -> float | None:
+        try:
+            return await self._once(i, action)
+        except (OSError, asyncio.IncompleteReadError):  # a kept-alive connection timed out
+            self.conns[2 * i].close()
+            self.conns[2 * i + 1].close()
+            return None
+
+    async def _once(self, i: int, action: str) -> float | None:
         """Seconds from the change's answer (through replica i) to the watch's answer (on
         replica i + 1), 0 when the watch answered first; None if no watch could be held."""
         name = self.names[i]
