@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak lease-replica-soak never-two-soak provisioner-idle-soak ha-soak clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak lease-replica-soak never-two-soak provisioner-idle-soak ha-soak ha-failover clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -61,6 +61,14 @@ lease-soak: $(STAMP)
 REPLICA_SCHEDULES ?= 100
 lease-replica-soak: $(STAMP)
 	XCE_LEASE_REPLICA_SCHEDULES=$(REPLICA_SCHEDULES) $(PY) -m pytest -q -s tests/integration/test_lease_replicas.py
+
+# The failover tests at full size: 5,000 simulated hosts heartbeating through three replicas on
+# PostgreSQL while the primary is killed and its standby promoted, then while a replica is killed
+# (`make test` runs them with 1,000 hosts); FAILOVER_HOSTS=N changes the size.
+FAILOVER_HOSTS ?= 5000
+ha-failover: $(STAMP)
+	XCE_FAILOVER_HOSTS=$(FAILOVER_HOSTS) XCE_FAILOVER_AFTER=90 $(PY) -m pytest -q -s \
+	  tests/integration/test_ha_failover.py
 
 # Never two copies of a component at length (tests/integration/test_never_two_checker.py runs
 # 100 schedules in `make test`); needs root, mount(8) and cgroup v2. SEED=S replays a run;

@@ -18,6 +18,7 @@ def main() -> None:
             "controller",
             "simulator",
             "leases",
+            "ha",
         ],
     )
     parser.add_argument("--schedules", type=int, default=0, help="leases, never-two: schedules")
@@ -25,6 +26,10 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=0, help="never-two: the first schedule")
     parser.add_argument("--lanes", type=int, default=4, help="never-two: hosts at once")
     parser.add_argument("--passes", type=int, default=0, help="provisioner-idle: passes")
+    parser.add_argument(
+        "--hosts", default="", help="ha: the fleet sizes, comma-separated (5000,10000)"
+    )
+    parser.add_argument("--seconds", type=float, default=0, help="ha: seconds per phase")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, shorter idle")
     args = parser.parse_args()
     for section in args.sections:
@@ -63,6 +68,16 @@ def main() -> None:
 
             count = args.schedules or (100 if args.quick else 500)
             print(leases.run(schedules=count))
+        elif section == "ha":
+            from bench import ha
+
+            sizes = tuple(int(n) for n in args.hosts.split(",") if n) or (
+                (200, 400) if args.quick else (5000, 10000)
+            )
+            seconds = args.seconds or (5.0 if args.quick else 30.0)
+            phased = args.seconds or (5.0 if args.quick else 45.0)
+            appends = 3.0 if args.quick else 10.0
+            print(ha.run(sizes=sizes, seconds=seconds, phased=phased, appends=appends))
         elif section == "never-two":
             from bench import never_two
 

@@ -142,6 +142,13 @@ class Node:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
+def _errors(log: Path) -> str:
+    """The log's lines that say what went wrong (a traceback's frames left out)."""
+    lines = log.read_text(errors="replace").splitlines()
+    said = [x for x in lines if any(w in x for w in ("ERROR", "FATAL", "CRITICAL", "Exception"))]
+    return "\n".join(said[-12:])
+
+
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
     return [int(x) for x in out.stdout.split()]
@@ -197,7 +204,7 @@ class PatroniCluster:
             if check():
                 return
             time.sleep(0.2)
-        logs = {n.name: n.log.read_text()[-1500:] for n in self.nodes if n.log.exists()}
+        logs = {n.name: _errors(n.log) for n in self.nodes if n.log.exists()}
         raise RuntimeError(f"the Patroni cluster did not reach {what}: {json.dumps(logs)}")
 
     def dsn(self, db: str = "xce") -> str:

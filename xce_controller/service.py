@@ -137,6 +137,12 @@ class Controller:
         """Apply facts and what they make due, persist all of it in one transaction, then
         wake watchers and reset timers; returns the touched hosts. On a storage failure
         nothing is applied (the state is reloaded) and StorageUnavailable is raised."""
+        if not facts:
+            # Nothing decided: nothing to store. Among replicas an empty commit would still be
+            # refused as stale when another replica appended meanwhile, and a request's second
+            # step (a join's notice check) would run the whole request again: a join already
+            # committed would then be answered 409 and its credential never handed out.
+            return set()
         touched: set[str] = set()
         jobs: set[int] = set()
         done: list[Fact] = []
@@ -405,7 +411,7 @@ class Controller:
             raise
         self._heard(host.key, now)  # before the commit: what it settles must see the join
         self.commit(facts)
-        self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
+        self._after_join(now, host.key, host.boot_id)
         return self.cluster.hosts[host.key], secret, worker
 
     def gave_up(self, req: lc.JoinRequest, reason: str) -> Host:
@@ -435,8 +441,20 @@ class Controller:
         now = self.clock()
         secret = credentials.mint()
         self.commit([joining.renew(host, now, credentials.seal(secret), boot_id, agent_version)])
-        self.commit(notices.after_join(now, self.cluster.hosts[host.key], host.boot_id))
+        self._after_join(now, host.key, host.boot_id)
         return self.cluster.hosts[host.key], secret
+
+    def _after_join(self, now: float, key: str, boot_id_before: str) -> None:
+        """A join's or renewal's second step, once its first is stored: a notice the reboot
+        ended. Refused as stale (another replica appended between the two), it is decided
+        again on the reloaded state, never the whole request (its first step is stored)."""
+        for _ in range(20):
+            try:
+                self.commit(notices.after_join(now, self.cluster.hosts[key], boot_id_before))
+                return
+            except StaleState:
+                continue
+        raise StorageUnavailable("other replicas kept changing the state under this join")
 
     def _keep_record(self, refused: lc.Refused) -> None:
         """Commit the facts a refusal leaves, at most one per host and kind a minute, so a

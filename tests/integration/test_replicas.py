@@ -88,7 +88,7 @@ def test_racing_replicas_make_each_decision_once(tmp_path: Path, pg_dsn: str) ->
     replicas = Replicas(tmp_path, pg_dsn, 3).start()
     try:
         urls = replicas.urls
-        names = [f"h{n}" for n in range(12)]
+        names = [f"h{n}" for n in range(24)]
         for n, name in enumerate(names):
             r = call(urls[n % 3], "POST", "/v1/join", {"host": name}, JOIN_TOKEN)
             assert r.status_code == 200, r.text
@@ -188,5 +188,34 @@ def test_killing_a_replica_mid_decisions_loses_or_doubles_none(tmp_path: Path, p
         log = facts(pg_dsn)
         assert history.problems(log) == []
         assert history.acknowledged(log, acked, history.expected_instance) == []
+    finally:
+        replicas.stop()
+
+
+def test_joins_racing_over_three_replicas_are_each_answered_with_a_credential(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    """A join commits, then checks whether the reboot ended a notice (a second, usually empty,
+    commit). Another replica's append in between must not run the whole join again: it would
+    meet its own stored join and answer 409, and the agent would never get its credential."""
+    replicas = Replicas(tmp_path, pg_dsn, 3).start()
+    answers: list[int] = []
+    try:
+
+        def joiner(n: int) -> None:
+            for i in range(25):
+                url = replicas.urls[(n + i) % 3]
+                body = {"host": f"j{n}-{i}", "instance_id": f"i-{n}-{i}"}
+                answers.append(call(url, "POST", "/v1/join", body, JOIN_TOKEN).status_code)
+
+        threads = [threading.Thread(target=joiner, args=(n,)) for n in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert len(answers) == 600  # every join was sent and answered
+        assert Counter(answers) == {200: 600}
+        joined = [d["key"] for k, d in kinds(pg_dsn) if k == "joined"]
+        assert len(joined) == len(set(joined)) == 600  # and joined once
     finally:
         replicas.stop()
