@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_VENV := bench/.venv
 
-.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak never-two-soak clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak never-two-soak ha-soak clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -61,6 +61,13 @@ lease-soak: $(STAMP)
 # `$(PY) -m bench never-two --seed S --first I --schedules 1 --lanes 1` replays one schedule.
 never-two-soak: $(STAMP)
 	$(PY) -m bench never-two --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED))
+
+# Controller replicas on a Patroni (+ etcd) cluster whose leader is killed -9, ROUNDS times
+# (3 by default); needs root and Debian's patroni, etcd-server and postgresql. Its figures are
+# in the README and docs/ha.md.
+ROUNDS ?= 3
+ha-soak: $(STAMP)
+	$(PY) -m bench ha-soak --schedules $(ROUNDS)
 
 # What the end-to-end test (real systemd + cloud-init in systemd-nspawn), the packaging
 # checks, the metrics checks (promtool, from prometheus), the status page's browser test

@@ -68,6 +68,13 @@ def main() -> None:
 
             count = args.schedules or (2 if args.quick else 1000)
             print(never_two.run(count, args.seed, args.first, args.lanes))
+        elif section == "ha-soak":
+            from bench import ha_soak
+
+            if args.quick:
+                print(ha_soak.run(rounds=1, hosts=50, settle=5.0))
+            else:
+                print(ha_soak.run(rounds=args.schedules or 3))
         else:
             parser.error(f"unknown section {section!r}")
         print()

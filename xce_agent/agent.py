@@ -101,6 +101,7 @@ class Agent:
         )
         if runner is None:
             self.containment = containment or cgroups.detect(config.state_directory.resolve())
+            self._detected = containment is None
             runner = HandoffRunner(
                 self.handoff,
                 ms.JOIN_FIRST_ROLES,
@@ -109,6 +110,7 @@ class Agent:
             )
         else:
             self.containment = containment or cgroups.Detection(None, "test runner")
+            self._detected = False
         self._runner = runner
         self.supervisor = Supervisor(
             [fenced(spec) for spec in config.components],
@@ -164,6 +166,7 @@ class Agent:
         # Until the previous agent's components were adopted, the saved records are theirs:
         # an agent refused or failing before that must not overwrite them with empty ones.
         self._resumed = False
+        self._metrics_owned = False
 
     # --- lifecycle --------------------------------------------------------------------
     def run(self) -> int:
@@ -173,11 +176,15 @@ class Agent:
         try:
             previous = self.store.load()
             single_agent.refuse_live(self.config.state_directory, previous)
+            # No other agent runs here: a textfile with values is a killed agent's, frozen.
+            self._metrics_owned = True
+            gone = previous is not None and previous.membership.decommissioned
+            self.metrics.mark_down(self.config.instance.id, gone)
             self.prestart.remember(previous)
             removed = self.store.clean_temp_files()
             if removed:
                 log.info("removed %d temporary state files left by an earlier agent", removed)
-            self._contain()
+            self._contain(previous)
             self._record_self(previous)
             self._install_signals()
             self._control = ControlServer(
@@ -196,8 +203,10 @@ class Agent:
         finally:
             self._finish()
 
-    def _contain(self) -> None:
+    def _contain(self, previous: AgentState | None) -> None:
         """Move into the `agent` leaf of the delegated cgroup, or fall back and say why."""
+        if self._detected and previous is not None:
+            self.containment = cgroups.inherit(self.containment, previous.cgroup_root)
         self.containment = cgroups.enter(self.containment)
         self._runner.cgroups = self.containment.tree
         level = logging.INFO if self.containment.tree else logging.WARNING
@@ -310,6 +319,8 @@ class Agent:
         self.supervisor.close()
         self.handoff.close()
         self.metrics.stop()
+        if self._metrics_owned:  # not a live agent's file, when refused because of it
+            self.metrics.mark_down(self.config.instance.id, self.state.membership.decommissioned)
         if self.writer is not None:
             self.writer.close()
         self.reactor.restore_signals()

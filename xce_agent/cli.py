@@ -18,7 +18,7 @@ import click
 
 from xce_agent import __version__
 from xce_agent.config.agent import AgentConfig, config_path, load_config
-from xce_agent.errors import AgentError, ConfigError, NoState, UsageError
+from xce_agent.errors import AgentError, ConfigError, NoState, StateNotPermitted, UsageError
 from xce_protocol.durations import Duration
 from xce_protocol.exits import ErrorExits
 from xce_protocol.roles import KNOWN_ROLES
@@ -77,8 +77,9 @@ def run(config_file: str | None) -> None:
 
 @main.command()
 @config_option
-# No path_type: click 7 (Debian 11, the Python 3.9 distributions) does not have it.
-@click.option("--state-dir", type=click.Path(), help="Read state from here.")
+# No path_type: click 7 (Debian 11, the Python 3.9 distributions) does not have it. Not
+# readable: a directory only root may read is the "needs root" line below, not a usage error.
+@click.option("--state-dir", type=click.Path(readable=False), help="Read state from here.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(config_file: str | None, state_dir: str | None, as_json: bool) -> None:
     """Show the agent's state: lifecycle, components, controller contact."""
@@ -88,7 +89,7 @@ def status(config_file: str | None, state_dir: str | None, as_json: bool) -> Non
     try:
         directory = Path(state_dir) if state_dir else _load(config_file).state_directory
         state = StateStore(directory).read_only()
-    except (ConfigError, PermissionError):
+    except (ConfigError, StateNotPermitted):
         if os.geteuid() == 0:
             raise
         # The config's token file and the state directory are root's (0600, 0700).
@@ -205,9 +206,13 @@ def demo() -> None:
 
 
 def _check_controller_url(url: str, plain_http: bool) -> None:
-    from xce_agent.config.agent import loopback_url
+    import urllib.parse
 
-    if not url.startswith(("http://", "https://")):
+    from xce_agent.config.agent import loopback_url
+    from xce_agent.config.controller_urls import URL
+
+    # The agent's own rule (controller_urls.URL) and a host: else it could never join.
+    if not URL.fullmatch(url) or not urllib.parse.urlsplit(url).hostname:
         raise UsageError(f"--controller-url: expected an http:// or https:// URL, got {url!r}")
     if url.startswith("http://") and not plain_http and not loopback_url(url):
         raise UsageError(
@@ -219,8 +224,8 @@ def _check_controller_url(url: str, plain_http: bool) -> None:
 @main.command("render-user-data")
 @click.option(
     "--controller-url",
-    required=True,
-    help="http(s) URL of the controller, or its replicas' URLs separated by commas.",
+    default="",
+    help="http(s) URL of the controller, or its replicas' URLs separated by commas (required).",
 )
 @click.option("--template", default="default", show_default=True, help="Host template.")
 @click.option(
@@ -238,7 +243,7 @@ def _check_controller_url(url: str, plain_http: bool) -> None:
     help="The instance id, or auto (read from cloud-init's instance data).",
 )
 @click.option("--provider", default="", help="Provider name, shown by the controller.")
-@click.option("--token-file", type=click.File("r"), help="File holding the join token.")
+@click.option("--token-file", type=click.File("r"), help="File holding the join token (required).")
 @click.option("--ca-file", type=click.File("r"), help="CA bundle for an https controller.")
 @click.option(
     "--worker-command",
@@ -246,7 +251,11 @@ def _check_controller_url(url: str, plain_http: bool) -> None:
     show_default=True,
     help="The worker daemon's command line.",
 )
-@click.option("--worker-user", default="", help="Run the worker as this user.")
+@click.option(
+    "--worker-user",
+    default="",
+    help="Run the worker as this user (created as a system user without a login shell).",
+)
 @click.option(
     "--cloud-notices",
     default="auto",
@@ -285,9 +294,13 @@ def render_user_data(
     on_join_timeout: str | None,
 ) -> None:
     """Print cloud-init user-data that installs the config and starts the agent."""
-    from xce_agent.operator.userdata import UserData, render
+    from xce_agent.operator.userdata import UserData, render, token_problem, user_name_problem
     from xce_protocol.validation import MAX_DURATION, parse_duration
 
+    if not controller_url.strip():
+        raise UsageError(
+            "--controller-url: expected the controller's URL (without it no join could succeed)"
+        )
     urls = [url.strip().rstrip("/") for url in controller_url.split(",")]
     for url in urls:  # one URL, or the replicas' comma-separated list (controller.url: [...])
         _check_controller_url(url, plain_http)
@@ -303,15 +316,30 @@ def render_user_data(
     action = "poweroff" if on_join_timeout is None else on_join_timeout.strip()
     if action not in ("poweroff", "none"):
         command = _words("--on-join-timeout", action, "poweroff, none or a command line")
+    worker_words = _words("--worker-command", worker_command, "a command line")
+    if worker_user and user_name_problem(worker_user):
+        raise UsageError(
+            f"--worker-user: expected {user_name_problem(worker_user)}, got {worker_user!r}"
+        )
+    if token_file is None:  # the controller admits no join without one
+        raise UsageError(
+            "--token-file: expected the join token's file (the controller admits no join without)"
+        )
+    try:
+        token = token_file.read(65536).strip()  # bounded: a device or a wrong file is no token
+    except UnicodeDecodeError:
+        token = "\x00"  # noqa: S105 - not text: refused below like any other bad token
+    if token_problem(token):
+        raise UsageError(f"--token-file: expected {token_problem(token)}")
     data = UserData(
         controller_url=",".join(urls),
         template=template,
         roles=tuple(roles),
         instance_id=instance_id,
         provider=provider,
-        token=token_file.read().strip() if token_file else "",
+        token=token,
         ca_pem=ca_file.read() if ca_file else "",
-        worker_command=_words("--worker-command", worker_command, "a command line"),
+        worker_command=worker_words,
         worker_user=worker_user,
         cloud_provider=cloud_notices,
         plain_http=plain_http,

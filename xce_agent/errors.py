@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "NoState",
     "StateError",
+    "StateNotPermitted",
     "StopTimedOut",
     "UsageError",
 ]
@@ -18,6 +19,10 @@ __all__ = [
 
 class StateError(XceError):
     """The local state directory cannot be used."""
+
+
+class StateNotPermitted(StateError):
+    """The state cannot be read for want of permission (`status` not run as root)."""
 
 
 class NoState(XceError):

@@ -21,7 +21,7 @@ from xce_agent.core import pending_notices, singleton_holds
 from xce_agent.core.membership import MembershipState, Standing
 from xce_agent.core.pending_notices import PendingNotice
 from xce_agent.core.singleton_holds import SingletonHold
-from xce_agent.errors import StateError
+from xce_agent.errors import StateError, StateNotPermitted
 from xce_protocol.atomic_file import write_atomic
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,7 @@ class StartIntent:
     boot_id: str
     after_ticks: int  # clock ticks since boot before the start: the process started later
     owner: str  # the agent's state directory, as the component's environment carries it
+    boot_time: float = 0.0  # btime seen with boot_id (supervision.boot.same_boot)
 
 
 def _intents(data: Any) -> tuple[StartIntent, ...]:
@@ -119,7 +120,10 @@ def _intents(data: Any) -> tuple[StartIntent, ...]:
         except TypeError:
             continue
         texts = all(isinstance(x, str) for x in (intent.name, intent.boot_id, intent.owner))
-        if texts and isinstance(intent.after_ticks, int) and NAME.fullmatch(intent.name):
+        btime = intent.boot_time
+        btime_ok = isinstance(btime, (int, float)) and 0.0 <= float(btime) < 1e11  # not NaN
+        ticks_ok = isinstance(intent.after_ticks, int)
+        if texts and btime_ok and ticks_ok and NAME.fullmatch(intent.name):
             found.append(intent)
     return tuple(found)
 
@@ -330,6 +334,8 @@ class StateStore:
             return AgentState.from_json(json.loads(self.path.read_bytes().decode("utf-8")))
         except FileNotFoundError:
             return None
+        except PermissionError as exc:  # `status` says it needs root, when not root
+            raise StateNotPermitted(f"{self.path}: unreadable state: {exc.strerror}") from None
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             raise StateError(f"{self.path}: unreadable state: {exc}") from None
 

@@ -28,6 +28,10 @@ CONTROLLER_PACKAGES = (
     "python3-uvloop",
     "python3-pytest",  # to run the controller's tests on these versions
     "python3-httpx",  # the authorization matrix calls the app in process (ASGITransport)
+    # The PostgreSQL store on Debian 12's psycopg 3.1, against Debian's server.
+    "python3-psycopg",
+    "python3-psycopg-pool",
+    "postgresql",
 )
 CLOUD_CFG = """\
 datasource_list: [NoCloud, None]
@@ -86,12 +90,21 @@ def ensure_controller_cache() -> Path:
         ["tar", "-C", str(build), "--zstd", "-xf", str(ensure_rootfs_cache())], check=True
     )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # No service starts inside the chroot (postgresql's would outlive it), and no default
+    # cluster: the tests make their own servers.
+    policy = build / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    createcluster = build / "etc/postgresql-common/createcluster.conf"
+    createcluster.parent.mkdir(parents=True, exist_ok=True)
+    createcluster.write_text("create_main_cluster = false\n")
     for command in (
         ["apt-get", "update", "-qq"],
         ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *CONTROLLER_PACKAGES],
         ["apt-get", "clean"],
     ):
         subprocess.run(["chroot", str(build), *command], check=True, capture_output=True, env=env)
+    policy.unlink()
     _pack(build, tarball)
     return tarball
 

@@ -121,14 +121,22 @@ def worker_pid(machine: Machine) -> int | None:
     return int(comp["pid"]) if comp.get("phase") == "running" and comp.get("pid") else None
 
 
-def test_unit_and_user_data_validate_inside_the_image(image: tuple[Path, Path]) -> None:
+def test_unit_and_user_data_validate_inside_the_image(
+    image: tuple[Path, Path], tmp_path: Path
+) -> None:
     base, _ = image
     # The minimal image has no man-db to look the page up; check it is installed instead.
     assert (base / "usr/share/man/man1/xce-agent.1.gz").exists()
     verify = chroot(base, "systemd-analyze", "verify", "--man=no", "xce-agent.service")
     assert verify.returncode == 0 and verify.stdout.strip() == "" and verify.stderr.strip() == ""
     files = {p.name: p.read_text() for p in (ROOT / "cloud-init").glob("*.yaml")}
-    files["rendered.yaml"] = render("http://127.0.0.1:7870")
+    token = tmp_path / "join-token"
+    token.write_text("a-join-token\n")
+    files["rendered.yaml"] = render("http://127.0.0.1:7870", ["--token-file", str(token)])
+    # With the worker's user: cloud-init's users: entry for it must pass the schema too.
+    with_user = ["--token-file", str(token), "--worker-user", "xceworker"]
+    files["rendered-user.yaml"] = render("http://127.0.0.1:7870", with_user)
+    assert "name: xceworker" in files["rendered-user.yaml"]  # the entry is there to check
     for name, text in files.items():
         (base / "tmp" / name).write_text(text)
         schema = chroot(base, "cloud-init", "schema", "--config-file", f"/tmp/{name}")

@@ -106,6 +106,20 @@ def cgroup_of(machine: Machine, pid: int) -> str:
     return next((line for line in lines if line.startswith("0::")), "")
 
 
+def worker_in_status(machine: Machine) -> int | None:
+    """The worker's pid as a live agent's saved state tells it (None while no agent runs)."""
+    out = machine.run("xce-agent", "status", "--json")
+    if out.returncode != 0:
+        return None
+    data = json.loads(out.stdout)
+    if not data.get("agent_running") or data.get("stale"):
+        return None
+    for comp in data.get("components", []):
+        if comp.get("name") == "xce-worker" and comp.get("phase") == "running":
+            return int(comp["pid"])
+    return None
+
+
 def test_double_fork_and_surviving_job_are_contained_and_stopped(
     image: tuple[Path, Path], tmp_path: Path
 ) -> None:
@@ -141,6 +155,23 @@ def test_double_fork_and_surviving_job_are_contained_and_stopped(
         assert record["identity"]["cgroup"] == "component-xce-worker"
         new_main = int(host.show("MainPID")["MainPID"])
         assert cgroup_of(host, new_main) == f"0::{unit}/agent"
+
+        # `systemctl stop` leaves the components running (by design). An agent then started
+        # by hand from a root shell's scope, another cgroup than the one the components run
+        # in, must take the worker back (or stop it first), never start a second copy.
+        assert host.run("systemctl", "stop", "xce-agent").returncode == 0
+        assert alive(host, worker) and alive(host, job)
+        by_hand = "setsid -f systemd-run --scope --unit=opshell -q xce-agent run"
+        launched = host.run("sh", "-c", f"{by_hand} >/run/opshell.log 2>&1 </dev/null")
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        host.wait_for(lambda: worker_in_status(host), 60, "the hand-started agent's status")
+        # It contains its components where they live: the cgroup the unit's agent left.
+        by_hand_state = state_of(host)
+        assert "an earlier agent's" in by_hand_state["containment"], by_hand_state["containment"]
+        assert cgroup_of(host, worker) == f"0::{unit}/component-xce-worker"
+        copies = host.run("pgrep", "-f", "/etc/xce/worker.py").stdout.split()
+        log = host.run("cat", "/run/opshell.log").stdout
+        assert copies == [str(worker_in_status(host))], (copies, log)
 
         # `xce-agent stop`: nothing of either component is left.
         stop = host.run("xce-agent", "stop", timeout=120)

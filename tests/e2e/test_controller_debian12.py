@@ -6,7 +6,8 @@ installs the .deb into), under systemd-nspawn without booting, the controller's 
 its API, agent, shutdown, host identity, authorization-matrix, lease and read-deadline
 integration tests run from this tree. Not here: the OpenAPI document (pydantic 1 words some
 schemas differently; the committed one is pydantic 2's) and the schemathesis fuzz test (not in
-Debian 12). Needs root and systemd-nspawn.
+Debian 12). The PostgreSQL store and replica tests run on Debian's psycopg 3.1 and
+PostgreSQL 15, so the .deb's Suggests are what is tested. Needs root and systemd-nspawn.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ INTEGRATION = (
     "tests/integration/test_authorization.py",
     "tests/integration/test_leases_api.py",
     "tests/integration/test_read_deadline.py",
+    # The PostgreSQL store and replicas on Debian 12's psycopg 3.1 and PostgreSQL 15.
+    "tests/integration/test_pg_store.py",
+    "tests/integration/test_replicas.py",
 )
 
 
@@ -80,10 +84,26 @@ def test_the_rootfs_has_debians_fastapi_pydantic_and_uvicorn(rootfs: Path) -> No
     assert fastapi.startswith("0.92") and pydantic.startswith("1."), out.stdout + out.stderr
 
 
+def test_the_rootfs_has_debians_psycopg_3_1_and_postgresql(rootfs: Path) -> None:
+    probe = "import psycopg, psycopg_pool; print(psycopg.__version__, psycopg_pool.__version__)"
+    out = subprocess.run(
+        nspawn_command(rootfs, "python3", "-c", probe), capture_output=True, text=True
+    )
+    assert out.stdout.startswith("3.1."), out.stdout + out.stderr
+    assert list((rootfs / "usr/lib/postgresql").glob("*/bin/initdb")), "no PostgreSQL server"
+
+
 def test_controller_tests_pass_on_debian_12_packages(rootfs: Path) -> None:
     tests = [*controller_unit_tests(), *INTEGRATION]
-    command = nspawn_command(rootfs, "python3", "-m", "pytest", "-q", "-p", "no:cacheprovider")
-    out = subprocess.run([*command, *tests], capture_output=True, text=True, timeout=600)
+    command = nspawn_command(
+        rootfs, "python3", "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"
+    )
+    out = subprocess.run([*command, *tests], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    # A store test that skipped (no server, no psycopg) would pass unseen.
+    skipped = [line for line in out.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert not [line for line in skipped if "test_pg_store" in line or "test_replicas" in line], (
+        "\n".join(skipped)
+    )
     passed = re.search(r"(\d+) passed", out.stdout)
     assert passed and int(passed.group(1)) >= 50, out.stdout[-2000:]

@@ -3,7 +3,8 @@
 The user-data comes from `render-user-data --worker-user --token-file`, the controller wants
 the token, and the worker (the sample worker, as `xceworker`) must read its template and its
 credential, join, and report a job; the job, running as the worker's user, must find the token
-nowhere (environment, disk, the worker's descriptors and /proc entries).
+nowhere (environment, disk, the worker's descriptors and /proc entries). The image has no
+such user: cloud-init adds it from the user-data's `users:` entry.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 
 from tests.e2e import test_boot
 from tests.e2e.machines import Machine
@@ -50,13 +50,8 @@ pytestmark = test_boot.pytestmark  # root and the e2e tools, or skipped with the
 
 
 def user_data(url: str, token_file: Path) -> str:
-    doc = yaml.safe_load(
-        render(url, ["--token-file", str(token_file), "--worker-user", USER]).split("\n", 1)[1]
-    )
-    # The XCE worker's package would create its user; the image has none, so cloud-init does.
-    make_user = f"id {USER} || useradd --system --no-create-home --shell /usr/sbin/nologin {USER}"
-    doc["bootcmd"] = [["sh", "-c", make_user]]
-    return "#cloud-config\n" + yaml.safe_dump(doc, sort_keys=False)
+    # The image has no such user: the rendered user-data's users: entry makes cloud-init add it.
+    return render(url, ["--token-file", str(token_file), "--worker-user", USER])
 
 
 def test_worker_as_a_user_reads_its_template_and_jobs_never_see_the_token(
@@ -84,6 +79,8 @@ def test_worker_as_a_user_reads_its_template_and_jobs_never_see_the_token(
         m.wait_for(lambda: "with 2 slots" in m.journal(), 30, "worker joined")
         assert state_of(m)["components"][0]["restarts"] == 0
         uid = int(m.run("id", "-u", USER).stdout)
+        entry = m.run("getent", "passwd", USER).stdout.strip().split(":")
+        assert entry[6] == "/usr/sbin/nologin" and uid < 1000  # a system user, no login
         info = os.stat(m.state / "template.json")
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (uid, 0o400)
         assert stat.S_IMODE(os.stat(m.state).st_mode) == 0o710

@@ -158,6 +158,16 @@ def test_counters_move_through_the_decommission_story(sides: Sides) -> None:
         ),
         20,
     )
+    served_text = sides.agent_port()
+
+    # The agent stops: its file keeps nothing frozen, and says the host was decommissioned
+    # (the alert for an agent that is down leaves such a host out).
+    sides.agent.term()
+    assert sides.agent_file() == {
+        "xce_agent_up{}": 0,
+        "xce_agent_info{instance_id=i-1}": 1,
+        "xce_agent_decommissioned{}": 1,
+    }
 
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -165,7 +175,7 @@ def test_counters_move_through_the_decommission_story(sides: Sides) -> None:
     headers = {"Authorization": "Bearer r3ad"}
     for text in (
         sides.textfile.read_text(),
-        sides.agent_port(),
+        served_text,
         requests.get(sides.ctl.url + "/metrics", headers=headers, timeout=10).text,
     ):
         out = subprocess.run(

@@ -26,7 +26,7 @@ def test_rules_check() -> None:
         text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 9 rules found" in out.stdout
+    assert "SUCCESS: 11 rules found" in out.stdout
 
 
 def test_rules_fire_on_their_cases_only() -> None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from xce_agent.components.prestart import live_copies, stop_copies, ticks_now
 from xce_agent.state import AgentState, StartIntent, StateStore, StateWriter
 from xce_agent.supervision import machine as m
-from xce_agent.supervision.boot import boot_id
+from xce_agent.supervision.boot import boot_id, boot_time
 from xce_agent.supervision.identity import observe, start_ticks
 from xce_agent.supervision.process import MARK_COMPONENT, MARK_OWNER
 from xce_agent.supervision.spec import ComponentSpec, RestartSpec
@@ -94,11 +95,17 @@ def marked(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A process started as component `w` of the agent of `tmp_path`, in its own session."""
     env = {**os.environ, MARK_COMPONENT: "w", MARK_OWNER: str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True
+        [sys.executable, "-c", "import time; print(flush=True); time.sleep(60)"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
     )
+    assert proc.stdout is not None
+    proc.stdout.readline()  # it has exec'd: its identity and environment are its own
     yield proc
     proc.kill()
     proc.wait()
+    proc.stdout.close()
 
 
 def test_a_live_copy_is_found_by_its_identity_or_its_start_intent_and_stopped(
@@ -121,6 +128,32 @@ def test_a_live_copy_is_found_by_its_identity_or_its_start_intent_and_stopped(
     assert live_copies("w", [], [StartIntent("w", "other boot", 0, owner)], owner, []) == []
     assert stop_copies(found) == []
     assert marked.wait(timeout=5) == -9
+
+
+def other_view(boot: str) -> str:
+    """This boot's id as the other view of a container shows it: nspawn's own kernel id from
+    a shell, the kernel's from a service with a private /proc/sys; PID 1 is the same."""
+    _, sep, init = boot.partition("+")
+    return f"00000000-0000-0000-0000-000000000000{sep}{init}"
+
+
+def test_a_copy_recorded_by_an_agent_with_the_other_view_of_the_boot_is_still_found(
+    tmp_path: Path, marked: subprocess.Popen[bytes]
+) -> None:
+    """The agent's unit reads one boot id, a root shell in the same container another: an
+    agent started by hand must still know the unit's agent's worker (never start a second)."""
+    owner = str(tmp_path)
+    identity = observe(marked.pid)
+    assert identity.boot_time == boot_time() > 0  # recorded, else the views cannot be told
+    seen_elsewhere = replace(identity, boot_id=other_view(identity.boot_id))
+    assert [c.pid for c in live_copies("w", [seen_elsewhere], [], owner, [])] == [marked.pid]
+    intent = StartIntent("w", other_view(boot_id()), identity.ticks - 1, owner, boot_time())
+    assert [c.pid for c in live_copies("w", [], [intent], owner, [])] == [marked.pid]
+    # A reboot moves the boot time: then the record is another boot's.
+    rebooted = replace(seen_elsewhere, boot_time=boot_time() - 3600)
+    assert live_copies("w", [rebooted], [], owner, []) == []
+    data = AgentState(starting=(intent,)).to_json()
+    assert AgentState.from_json(json.loads(json.dumps(data))).starting == (intent,)
 
 
 def test_an_unmarked_process_with_the_exact_identity_is_left_alone(tmp_path: Path) -> None:

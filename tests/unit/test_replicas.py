@@ -212,7 +212,8 @@ def test_user_data_takes_the_replicas_as_a_comma_separated_list(tmp_path: Path) 
     args = ["render-user-data", "--controller-url", "https://c1,http://10.0.0.2:7870"]
     refused = _runner().invoke(agent_main, args)
     assert refused.exit_code == 2 and "'http://10.0.0.2:7870'" in refused.stderr
-    rendered = _runner().invoke(
-        agent_main, ["render-user-data", "--controller-url", "https://c1,https://c2/"]
-    )
+    token = tmp_path / "token"
+    token.write_text("a-join-token\n")
+    urls = ["--controller-url", "https://c1,https://c2/", "--token-file", str(token)]
+    rendered = _runner().invoke(agent_main, ["render-user-data", *urls])
     assert rendered.exit_code == 0 and "- https://c2\n" in rendered.stdout

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from xce_agent.state import AgentState, StartIntent
-from xce_agent.supervision.boot import boot_id
+from xce_agent.supervision.boot import boot_id, boot_time, same_boot
 from xce_agent.supervision.identity import CLOCK_TICKS, ProcessIdentity, start_ticks
 from xce_agent.supervision.process import carries_marks
 from xce_agent.supervision.supervisor import Supervisor
@@ -63,7 +63,9 @@ def ticks_now() -> int:
 def _recorded_copy(
     name: str, identity: ProcessIdentity, owner: str, in_cgroup: Callable[[int], bool]
 ) -> Copy | None:
-    if identity.boot_id != boot_id() or start_ticks(identity.pid) != identity.ticks:
+    if not same_boot(identity.boot_id, identity.boot_time):
+        return None
+    if start_ticks(identity.pid) != identity.ticks:
         return None
     if carries_marks(identity.pid, name, owner) or in_cgroup(identity.pid):
         return Copy(identity.pid, identity.ticks, "its recorded identity")
@@ -72,7 +74,7 @@ def _recorded_copy(
 
 def _intent_copies(intent: StartIntent) -> list[Copy]:
     """Processes started under `intent` (a start whose identity was never saved)."""
-    if intent.boot_id != boot_id():
+    if not same_boot(intent.boot_id, intent.boot_time):
         return []
     found = []
     for entry in os.listdir("/proc"):
@@ -182,7 +184,7 @@ class PreStart:
             left = stop_copies(copies)
             if left:
                 return f"a copy (pid {left[0]}) could not be stopped"
-        self.intents[name] = StartIntent(name, boot_id(), ticks_now(), self.owner)
+        self.intents[name] = StartIntent(name, boot_id(), ticks_now(), self.owner, boot_time())
         return self.save(self.intents_now())
 
     def started(self, name: str, identity: ProcessIdentity) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from xce_agent.config.command import parse_command
 from xce_agent.config.limits import parse_limits
 from xce_agent.config.probe import parse_probe
+from xce_agent.config.program_access import account
 from xce_agent.config.restart import parse_restart
 from xce_agent.config.singleton import parse_singleton, singleton_stop_timeout
 from xce_agent.supervision.spec import STOP_SIGNAL, STOP_TIMEOUT, ComponentSpec
@@ -56,9 +57,10 @@ def parse_component(
     c.allowed_keys(node, p, _COMPONENT_KEYS)
     mark = c.mark()
     env = _environment(node, p, c)
-    command = parse_command(node, "command", p, c, env)
     user = _account(node, "user", p, c, _user_exists)
     group = _account(node, "group", p, c, _group_exists)
+    runs_as = account(user, group) if user is not None else None
+    command = parse_command(node, "command", p, c, env, runs_as)
     workdir = c.string(
         node, "working_directory", p, required=False, expected="an absolute path to a directory"
     )
@@ -78,7 +80,7 @@ def parse_component(
     if singleton is not None and timeout_ok:
         stop_timeout = singleton_stop_timeout(singleton, node, p, stop_timeout, c)
     restart = parse_restart(node, p, c)
-    probe = parse_probe(node, p, c)
+    probe = parse_probe(node, p, c, runs_as)
     codes = _exit_codes(node, p, c)
     limits = parse_limits(node, p, c)
     if command is None or c.failed_since(mark):  # each part reported its own problem

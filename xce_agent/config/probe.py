@@ -6,6 +6,7 @@ import re
 import urllib.parse
 
 from xce_agent.config.command import parse_command
+from xce_agent.config.program_access import Account
 from xce_agent.supervision.spec import ProbeKind, ProbeSpec
 from xce_protocol.validation import Checker, describe, join_path
 from xce_protocol.yamlsource import LineDict
@@ -13,7 +14,10 @@ from xce_protocol.yamlsource import LineDict
 URL = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 
 
-def parse_probe(node: LineDict, p: str, c: Checker) -> ProbeSpec | None:
+def parse_probe(
+    node: LineDict, p: str, c: Checker, runs_as: Account | None = None
+) -> ProbeSpec | None:
+    """The probe; an exec probe runs as the component's user, so its program is checked so."""
     if "liveness_probe" not in node:
         return None
     r = c.mapping(node, "liveness_probe", p)
@@ -38,7 +42,7 @@ def parse_probe(node: LineDict, p: str, c: Checker) -> ProbeSpec | None:
     kind = kinds[0]
     probe: ProbeSpec | None = None
     if kind == "exec":
-        argv = parse_command(r, "exec", pp, c, {})
+        argv = parse_command(r, "exec", pp, c, {}, runs_as)
         if argv:
             probe = ProbeSpec(ProbeKind.EXEC, command=tuple(argv))
     elif kind == "tcp":

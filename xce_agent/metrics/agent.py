@@ -51,6 +51,11 @@ class AgentMetrics:
         else:
             self._notices.discard(event_id)
 
+    def mark_down(self, instance_id: str, decommissioned: bool) -> None:
+        """The textfile says the agent is down: at stop, and at start (a killed one's file)."""
+        if self.file is not None:
+            self.file.mark_down(instance_id, decommissioned)
+
     def restore(self) -> None:
         """Periodically, from the agent: put back a textfile deleted under it."""
         if self.file is not None:

@@ -8,12 +8,20 @@ state does not keep (give-ups, contact changes) and `render` is a pure function 
 never reads half a file and an idle agent does not write. Times are timestamps (the last
 accepted heartbeat), so the file need not change every second for an age to be right: the
 alert rules compute `time() - xce_agent_last_heartbeat_timestamp_seconds`.
+
+When the agent stops (any way but kill -9) the file is replaced by a short "down" text:
+`xce_agent_up 0`, the instance and whether it was decommissioned, no frozen values. A new
+agent does the same at start, for the file a killed one left. While it runs, the agent
+touches the file at least every TOUCH_AFTER seconds, so node_exporter's
+node_textfile_mtime_seconds tells a dead agent from an idle one.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,6 +35,7 @@ from xce_protocol.atomic_file import write_atomic
 log = logging.getLogger(__name__)
 
 UP_PHASES = ("running",)
+TOUCH_AFTER = 60.0  # seconds: the textfile's mtime is never older while the agent runs
 FATAL_PHASE = "fatal"
 
 
@@ -159,12 +168,7 @@ def render(s: Sample, now: float | None = None) -> str:
     """The exposition text; with `now`, also the age of the last heartbeat (served only)."""
     t = _Text()
     comp = [(c, _labels(component=c.name, role=c.role)) for c in s.components]
-    t.family(
-        "xce_agent_info",
-        "gauge",
-        "The agent's instance.",
-        [(_labels(instance_id=s.instance_id), 1)],
-    )
+    _identity(t, s.instance_id, up=True)
     t.family(
         "xce_agent_component_up",
         "gauge",
@@ -221,12 +225,7 @@ def render(s: Sample, now: float | None = None) -> str:
                 "Seconds since the controller last accepted a heartbeat.",
                 [("", max(0.0, now - s.last_heartbeat))],
             )
-    t.family(
-        "xce_agent_decommissioned",
-        "gauge",
-        "1 once this instance was decommissioned (its worker never runs again).",
-        [("", int(s.decommissioned))],
-    )
+    _decommissioned(t, s.decommissioned)
     if s.notice_pending is not None:
         t.family(
             "xce_agent_notice_pending",
@@ -237,6 +236,38 @@ def render(s: Sample, now: float | None = None) -> str:
     metrics_leases.render(s.singletons, t.family, _labels)
     _join(t, s)
     return "\n".join(t.lines) + "\n"
+
+
+def render_down(instance_id: str, decommissioned: bool) -> str:
+    """What the textfile says once the agent stopped: that it is down, and nothing frozen."""
+    t = _Text()
+    _identity(t, instance_id, up=False)
+    _decommissioned(t, decommissioned)
+    return "\n".join(t.lines) + "\n"
+
+
+def _identity(t: _Text, instance_id: str, up: bool) -> None:
+    t.family(
+        "xce_agent_up",
+        "gauge",
+        "1 while the agent runs; 0 written when it stops (the other values are then gone).",
+        [("", int(up))],
+    )
+    t.family(
+        "xce_agent_info",
+        "gauge",
+        "The agent's instance.",
+        [(_labels(instance_id=instance_id), 1)],
+    )
+
+
+def _decommissioned(t: _Text, decommissioned: bool) -> None:
+    t.family(
+        "xce_agent_decommissioned",
+        "gauge",
+        "1 once this instance was decommissioned (its worker never runs again).",
+        [("", int(decommissioned))],
+    )
 
 
 def _join(t: _Text, s: Sample) -> None:
@@ -274,21 +305,40 @@ class MetricsFile:
             return
         self._put(text)
 
-    def restore(self) -> None:
+    def mark_down(self, instance_id: str, decommissioned: bool) -> None:
+        """Replace the file by the down text (at stop, and at start over a killed agent's)."""
+        self._put(render_down(instance_id, decommissioned))
+
+    def restore(self, now: float | None = None) -> None:
         """Write the last text again if the file was deleted (a cleanup, an operator): while
         nothing changes (the controller unreachable for hours) a scraper would otherwise see
-        no metrics at all, and an alert on them could not fire."""
-        if self._last and not self.path.exists():
+        no metrics at all, and an alert on them could not fire. Touch it when its mtime is
+        older than TOUCH_AFTER: the mtime is the agent's sign of life."""
+        if not self._last:
+            return
+        try:
+            mtime = os.stat(self.path).st_mtime
+        except FileNotFoundError:
             self._put(self._last)
+            return
+        except OSError:
+            return
+        if (time.time() if now is None else now) - mtime > TOUCH_AFTER:
+            try:
+                os.utime(self.path)
+            except OSError as exc:
+                self._note(f"{self.path}: {exc.strerror or exc}")
 
     def _put(self, text: str) -> None:
         try:
             self._write(self.path, text)
         except OSError as exc:
-            problem = f"{self.path}: {exc.strerror or exc}"
-            if problem != self._problem:
-                log.warning("metrics file not written: %s", problem)
-                self._problem = problem
+            self._note(f"{self.path}: {exc.strerror or exc}")
             return
         self._last, self._problem = text, ""
         self.writes += 1
+
+    def _note(self, problem: str) -> None:
+        if problem != self._problem:
+            log.warning("metrics file not written: %s", problem)
+            self._problem = problem

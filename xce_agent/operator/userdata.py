@@ -1,17 +1,42 @@
 """`xce-agent render-user-data`: the cloud-init user-data a provisioner hands a new instance.
 
 It writes /etc/xce/agent.yaml (and the join token, mode 0600, and the CA if given) with
-cloud-init's write_files, then enables and starts the agent.
+cloud-init's write_files, creates the worker's user if one is named (cloud-init's users:, a
+system user without a login shell), then enables and starts the agent.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import yaml
 
+from xce_protocol import names
+
 TOKEN_PATH = "/etc/xce/join-token"  # noqa: S105 - where the token goes, not a token
 CA_PATH = "/etc/xce/ca.pem"
+NOLOGIN = "/usr/sbin/nologin"
+# What useradd takes for a system user on Debian and its kin (NAME_REGEX_SYSTEM, 32 bytes).
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+def user_name_problem(name: str) -> str:
+    """Why `name` cannot be the worker user cloud-init creates; "" if it can."""
+    if name == "root":
+        return "a user other than root (leave the option out to run the worker as root)"
+    if not USER_NAME.fullmatch(name):
+        return "a user name cloud-init can create (a-z, 0-9, _ and -, up to 32, not a number)"
+    return ""
+
+
+def token_problem(token: str) -> str:
+    """Why the agent could not join with `token` (read from --token-file); "" if it can."""
+    if not token:
+        return "a join token, got an empty file"
+    if len(token) > 4096 or not names.is_bearer_token(token):
+        return "a join token of printable ASCII without spaces (as the agent requires)"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -112,9 +137,23 @@ def render(data: UserData) -> str:
                 "content": data.ca_pem,
             }
         )
-    doc = {
-        "write_files": files,
-        "runcmd": [["systemctl", "enable", "--now", "xce-agent.service"]],
-    }
+    doc: dict[str, object] = {}
+    if data.worker_user:
+        # "default" keeps the image's own user (cloud-init drops it when users: omits it);
+        # system: a low uid and no home directory, like a package's service user.
+        doc["users"] = ["default", worker_account(data.worker_user)]
+    doc["write_files"] = files
+    doc["runcmd"] = [["systemctl", "enable", "--now", "xce-agent.service"]]
     body = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100)
     return "#cloud-config\n" + body
+
+
+def worker_account(name: str) -> dict[str, object]:
+    """cloud-init's users: entry for the worker's user (left as it is if the image has it)."""
+    return {
+        "name": name,
+        "gecos": "XCE worker",
+        "system": True,
+        "shell": NOLOGIN,
+        "lock_passwd": True,
+    }

@@ -341,6 +341,24 @@ def detect(state_directory: Path | None = None) -> Detection:
     return Detection(tree, f"cgroup {root} (delegated); limits: {limits}")
 
 
+def inherit(detection: Detection, recorded: str) -> Detection:
+    """The cgroup an earlier agent recorded, for an agent with none of its own (started by
+    hand from a shell after `systemctl stop`, which leaves components running by design)
+    while that cgroup still holds the earlier agent's components: they are then adopted,
+    stopped and restarted where they live, so none runs beyond this agent's stop."""
+    mount = cgroup2_mount()
+    root = Path(os.path.normpath(recorded)) if recorded else None
+    if detection.tree is not None or mount is None or root is None:
+        return detection
+    if mount not in root.parents or not root.is_dir() or not _delegated(root):
+        return detection
+    tree = CgroupTree(root, mount=mount)
+    if not os.access(root, os.W_OK) or not any(tree.populated(n) for n in tree.names()):
+        return detection
+    why = "an earlier agent's, which still holds its components"
+    return Detection(tree, f"cgroup {root} ({why}); limits: in the component cgroups")
+
+
 def _delegated(path: Path) -> bool:
     """systemd marks a delegated cgroup with the trusted.delegate (or user.delegate) xattr."""
     for attr in ("trusted.delegate", "user.delegate"):

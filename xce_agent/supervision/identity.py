@@ -172,6 +172,9 @@ def observe(
         command,
         digest,
         cgroup,
+        # Without it same_boot cannot tell one boot seen two ways (a shell's and a
+        # service's view of a container's boot id) from a reboot.
+        boot_time=boot_time(),
     )
 
 

@@ -80,6 +80,11 @@ class PgStore:
             min_size=1,
             max_size=4,
             timeout=CONNECT_TIMEOUT,
+            # The pool retries a lost connection with a doubling delay (1, 2, 4, 8, 16 s...):
+            # after a 20 s failover its next try came 11 s after the new primary was up.
+            # Giving up after a few seconds instead leaves reconnection to demand (the next
+            # request grows the pool at once), so writes resume within ~2 s of the promotion.
+            reconnect_timeout=CONNECT_TIMEOUT,
             kwargs={"autocommit": True},  # transactions are explicit, isolation level too
             open=False,
         )
