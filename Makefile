@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+BENCH_VENV := bench/.venv
 
 .PHONY: test lint typecheck unit demo demo-onprem bench lease-soak lease-replica-soak never-two-soak provisioner-idle-soak ha-soak ha-failover clean system-deps e2e-deps packages
 
@@ -30,7 +31,7 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit
 
-test: lint typecheck $(STAMP)
+test: lint typecheck $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
@@ -40,7 +41,6 @@ demo: $(STAMP)
 demo-onprem: $(STAMP)
 	$(VENV)/bin/xce-controller demo --onprem
 
-BENCH_VENV := bench/.venv
 
 # supervisord, the peer of the supervision benchmark, lives in its own venv from PyPI.
 $(BENCH_VENV)/bin/supervisord: | system-deps

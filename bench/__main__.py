@@ -37,37 +37,38 @@ def main() -> None:
             from bench import supervision
 
             if args.quick:
-                print(supervision.run(restarts=20, stops=10, idle_seconds=5))
+                print(supervision.run(restarts=3, stops=3, idle_seconds=2))
             else:
                 print(supervision.run())
         elif section == "flood":
             from bench import flood
 
-            print(flood.run(restarts=100 if args.quick else 300))
+            print(flood.run(restarts=20 if args.quick else 300))
         elif section == "decommission":
             from bench import decommission
 
-            print(decommission.run(runs=10 if args.quick else 50))
+            print(decommission.run(runs=3 if args.quick else 50))
         elif section == "notices":
             from bench import notices
 
-            print(notices.run(runs=8 if args.quick else 20))
+            print(notices.run(runs=3 if args.quick else 20))
         elif section == "controller":
             from bench import controller_load
 
             if args.quick:
-                print(controller_load.run(hosts=1000, seconds=10))
+                controller_load.PHASED_SECONDS = 3.0
+                print(controller_load.run(hosts=200, seconds=3))
             else:
                 print(controller_load.run())
         elif section == "simulator":
             from bench import simulator
 
-            print(simulator.run())
+            print(simulator.run(simulator.QUICK) if args.quick else simulator.run())
         elif section == "leases":
             from bench import leases
 
-            count = args.schedules or (100 if args.quick else 500)
-            print(leases.run(schedules=count))
+            count = args.schedules or (3 if args.quick else 500)
+            print(leases.run(schedules=count, handovers=1 if args.quick else 5))
         elif section == "ha":
             from bench import ha
 
@@ -81,7 +82,7 @@ def main() -> None:
         elif section == "never-two":
             from bench import never_two
 
-            count = args.schedules or (20 if args.quick else 1000)
+            count = args.schedules or (2 if args.quick else 1000)
             print(never_two.run(count, args.seed, args.first, args.lanes))
         elif section == "provisioner-idle":
             from bench import provisioner_idle

@@ -61,7 +61,7 @@ def run(runs: int = 20) -> str:
     scaled = [v + (SPOT_LEAD + DEFAULT_GRACE - LOSS_GRACE) * 1000 for v in loss]
     rows.append(
         [
-            f"heartbeat loss only (lead {SPOT_LEAD:g} s + grace {DEFAULT_GRACE:g} s; "
+            f"heartbeat loss only, scaled (lead {SPOT_LEAD:g} s + grace {DEFAULT_GRACE:g} s; "
             f"measured at {LOSS_GRACE:g} s grace: p50 {ms(percentile(loss, 50))})",
             ms(percentile(scaled, 50)),
             ms(percentile(scaled, 95)),
@@ -78,7 +78,7 @@ def spot(quick: bool) -> str:
     """The simulator's spot scenario: the same interruptions without and with notices."""
     from xce_controller.sim.spot import SpotScenario, render, run_spot
 
-    spec = SpotScenario(hours=3.0) if quick else SpotScenario()
+    spec = SpotScenario(hours=0.5, hosts=20) if quick else SpotScenario()
     began = time.perf_counter()
     without, with_ = run_spot(spec)
     took = time.perf_counter() - began
@@ -121,12 +121,29 @@ def embedded(workdir: Path, name: str, grace: float) -> tuple[Any, Stamps]:
     return ec, Stamps(ec.controller)
 
 
-def start_agent(workdir: Path, name: str, url: str, cloud: str) -> subprocess.Popen[bytes]:
+def join_token(ec: Any, name: str) -> str:
+    """The controller admits only an expected host with its token (as `xcecli expect`)."""
+    answer = requests.post(
+        f"{ec.url}/v1/expected",
+        headers=ec.admin_headers,
+        json={
+            "instance_id": f"i-{name}",
+            "template": "default",
+            "expected_name": name,
+            "mint_join_token": True,
+        },
+        timeout=10,
+    )
+    answer.raise_for_status()
+    return str(answer.json()["join_token"])
+
+
+def start_agent(workdir: Path, name: str, ec: Any, cloud: str) -> subprocess.Popen[bytes]:
     run_dir = workdir / name
     run_dir.mkdir()
     config = run_dir / "agent.yaml"
     config.write_text(
-        f"version: 1\ncontroller: {{url: '{url}'}}\n"
+        f"version: 1\ncontroller: {{url: '{ec.url}', token: '{join_token(ec, name)}'}}\n"
         f"instance: {{id: i-{name}, host_name: {name}}}\n"
         "roles:\n  worker:\n    components:\n      worker:\n"
         f"        command: ['{sys.executable}', '-c', 'import time; time.sleep(3600)']\n"
@@ -148,7 +165,7 @@ def notice_runs(
         f"cloud: {{provider: {provider}, metadata_url: '{emulator.url}', "
         f"poll_interval: {interval:g}s}}\n"
     )
-    agent = start_agent(workdir, name, ec.url, cloud)
+    agent = start_agent(workdir, name, ec, cloud)
     on, off = notice_values(provider)
     latencies = []
     try:
@@ -189,7 +206,7 @@ def loss_runs(workdir: Path, runs: int) -> list[float]:
     for i in range(runs):
         name = f"loss{i}"
         ec, stamps = embedded(workdir, name, LOSS_GRACE)
-        agent = start_agent(workdir, name, ec.url, "")
+        agent = start_agent(workdir, name, ec, "")
         try:
             wait(lambda e=ec, n=name: host_state(e, n) == "open")  # type: ignore[misc]
             time.sleep(random.uniform(0, LOSS_GRACE / 4))

@@ -203,7 +203,8 @@ class Agent:
             self._set_lifecycle(Lifecycle.RUNNING)
             self.notifier.notify("READY=1")
             self._start_watchdog()
-            self._check_link()
+            if self.config.controller is not None or self.metrics.file is not None:
+                self._check_link()  # else nothing to check: the idle agent sleeps untimed
             self.reactor.run(until=self._done)
             return 0
         finally:
