@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_VENV := bench/.venv
 
-.PHONY: test lint typecheck unit demo demo-onprem bench lease-soak lease-replica-soak never-two-soak provisioner-idle-soak ha-soak ha-failover clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench bench-quick lease-soak lease-replica-soak never-two-soak provisioner-idle-soak ha-soak ha-failover clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -49,6 +49,11 @@ $(BENCH_VENV)/bin/supervisord: | system-deps
 
 bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m bench
+
+# Every bench section at tiny sizes, asserting each one runs and prints its table (a few
+# minutes; not part of `make test`).
+bench-quick: $(STAMP) $(BENCH_VENV)/bin/supervisord
+	XCE_BENCH_QUICK=1 $(PY) -m pytest -q tests/integration/test_bench_quick.py
 
 # The lease checker at length (tests/integration/test_lease_checker.py runs 100 schedules
 # in `make test`); SCHEDULES=N changes the count. Its figures are in the README.

@@ -15,6 +15,12 @@ from pathlib import Path
 
 import pytest
 
+# Minutes on a 2-core machine (the simulator and the lease schedules most of it): `make
+# bench-quick` runs it; `make test` only when XCE_BENCH_QUICK=1.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("XCE_BENCH_QUICK") != "1", reason="the quick bench pass: make bench-quick"
+)
+
 ROOT = Path(__file__).resolve().parents[2]
 SUPERVISORD = ROOT / "bench" / ".venv" / "bin" / "supervisord"
 
@@ -36,7 +42,7 @@ def run_quick(*sections: str) -> str:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=False,
     )

@@ -107,7 +107,7 @@ def test_a_bomb_is_refused_in_well_under_a_second(name: str) -> None:
     )
     seconds, _, message = out.stdout.strip().partition(" ")
     assert MESSAGES[name] in message, out
-    assert float(seconds) < 0.5, out.stdout
+    assert float(seconds) < 0.8, out.stdout  # CPU seconds; about 0.45 for the largest shape
 
 
 def test_shared_aliases_that_do_not_recurse_still_load() -> None:
