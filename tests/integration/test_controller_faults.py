@@ -484,10 +484,11 @@ def test_an_idle_controller_of_10000_hosts_does_next_to_no_work(tmp_path: Path) 
 
         time.sleep(1)
         before = cpu()
-        time.sleep(5)  # the measured property: CPU time over an idle stretch
+        time.sleep(10)  # the measured property: CPU time over an idle stretch
         used = cpu() - before
-        # Before: a sweep of every host four times a second, 0.11 s here; now about 0.01 s.
-        assert used < 0.05, f"idle controller used {used:.2f} s of CPU in 5 s"
+        # Before: a sweep of every host four times a second, 0.22 s here; now about 0.02 s
+        # (0.08 seen in 5 s once, in a full run on a busy machine).
+        assert used < 0.1, f"idle controller used {used:.2f} s of CPU in 10 s"
     finally:
         ctl.stop()
 
