@@ -55,7 +55,7 @@ from xce_agent.supervision.identity import ProcessIdentity, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
-from xce_agent.system import single_agent, unused_signals
+from xce_agent.system import single_agent, start_signals, unused_signals
 from xce_agent.system.notify import Notifier, system_shutting_down, watchdog_interval
 from xce_agent.system.reader import reader_of
 from xce_protocol.notices import NoticeState
@@ -81,8 +81,10 @@ class Agent:
         runner: ProcessRunner | None = None,
         shutting_down: Callable[[], bool] = system_shutting_down,
         containment: cgroups.Detection | None = None,
+        held: start_signals.Held | None = None,
     ) -> None:
         self.config = config
+        self._held_signals = held
         self.notifier = notifier
         self.reactor = reactor or Reactor()
         self.store = StateStore(config.state_directory)
@@ -193,6 +195,7 @@ class Agent:
                 log.info("removed %d temporary state files left by an earlier agent", removed)
             self._contain(previous)
             self._record_self(previous)
+            start_signals.pass_gate()
             self._install_signals()
             self._control = ControlServer(
                 self.config.state_directory / SOCKET_NAME, self.reactor, self.operator.handle
@@ -278,6 +281,10 @@ class Agent:
         self.reactor.add_signal_handler(signal.SIGINT, self._on_term)
         self.reactor.add_signal_handler(signal.SIGUSR2, self._on_stop_request)
         self.reactor.add_signal_handler(signal.SIGHUP, self._on_hup)
+        for signum in self._held_signals.take() if self._held_signals else ():
+            # Arrived while starting (system/start_signals.py): acted on once the loop runs.
+            log.info("%s arrived while starting: acting on it now", unused_signals.name(signum))
+            self.reactor.deliver(signum)
 
     def _on_term(self, signum: int) -> None:
         if self._announcing:

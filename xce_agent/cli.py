@@ -65,6 +65,9 @@ def validate(config_file: str | None) -> None:
 @config_option
 def run(config_file: str | None) -> None:
     """Run the agent in the foreground (what the systemd unit starts)."""
+    from xce_agent.system import start_signals
+
+    held = start_signals.hold()  # first: a SIGHUP while starting must not end the agent
     from xce_agent.system.logsetup import configure
 
     config = _load(config_file)
@@ -72,7 +75,7 @@ def run(config_file: str | None) -> None:
     from xce_agent.agent import Agent
     from xce_agent.system.notify import SystemdNotifier
 
-    sys.exit(Agent(config, SystemdNotifier()).run())
+    sys.exit(Agent(config, SystemdNotifier(), held=held).run())
 
 
 @main.command()

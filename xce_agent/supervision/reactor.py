@@ -113,6 +113,12 @@ class Reactor:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._pending.append(lambda: self._signal_handlers[signum](signum))
 
+    def deliver(self, signum: int) -> None:
+        """Dispatch `signum` to its handler as if it had just arrived (one that came before
+        the handler was installed: system/start_signals.py)."""
+        if signum in self._signal_handlers:
+            self.call_soon_threadsafe(lambda: self._signal_handlers[signum](signum))
+
     def restore_signals(self) -> None:
         for signum, handler in self._saved.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]

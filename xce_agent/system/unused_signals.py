@@ -37,9 +37,13 @@ UNUSED_SIGNALS = tuple(
 ) + tuple(range(signal.SIGRTMIN, signal.SIGRTMAX + 1))
 
 
-def ignore(signum: int) -> None:
+def name(signum: int) -> str:
+    """SIGHUP, ..., or "signal 40" for a real-time signal the enum does not name."""
     try:
-        name = signal.Signals(signum).name
+        return signal.Signals(signum).name
     except ValueError:
-        name = f"signal {signum}"
-    log.warning("%s ignored: the agent does not use it", name)
+        return f"signal {signum}"
+
+
+def ignore(signum: int) -> None:
+    log.warning("%s ignored: the agent does not use it", name(signum))
