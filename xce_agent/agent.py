@@ -32,6 +32,7 @@ from xce_agent.controller.reports import Reports, host_name
 from xce_agent.controller.side import LAST_REPORT_TIMEOUT, ControllerSide
 from xce_agent.core import membership as ms
 from xce_agent.core import pending_notices, planned_stop
+from xce_agent.errors import UnexpectedEvent
 from xce_agent.metrics.agent import AgentMetrics
 from xce_agent.notices.relay import NoticeRelay
 from xce_agent.notices.watching import CloudNotices
@@ -416,7 +417,7 @@ class Agent:
         before = self.state.membership
         try:
             after, actions = ms.step(before, event, time.time())
-        except ms.UnexpectedEvent as exc:
+        except UnexpectedEvent as exc:
             code = Reason.UNEXPECTED_EVENT.value
             log.error("membership: dropped %s", exc, extra={"reason_code": code})
             return

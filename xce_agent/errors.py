@@ -13,6 +13,7 @@ __all__ = [
     "StateError",
     "StateNotPermitted",
     "StopTimedOut",
+    "UnexpectedEvent",
     "UsageError",
 ]
 
@@ -33,3 +34,11 @@ class NoState(XceError):
 
 class StopTimedOut(XceError):
     """The agent did not stop within the time `xce-agent stop` waits."""
+
+
+class UnexpectedEvent(Exception):
+    """An event a pure machine's table refuses in its current state (supervision/machine.py's
+    `ALLOWED` by phase, core/membership.py's `allowed` by standing). Raised, never absorbed
+    (as h11's machine does): the caller logs it with reason code unexpected_event and drops
+    the event, and a test that provokes one fails. No XceError: it is never a command's
+    message and exit code."""

@@ -9,6 +9,7 @@ import signal
 import pytest
 
 from xce_agent.core import membership as ms
+from xce_agent.errors import UnexpectedEvent
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.spec import ComponentSpec
 
@@ -31,7 +32,7 @@ RUNNING = m.ComponentState(phase=m.Phase.RUNNING, pid=42, wanted=True, started_a
 def test_a_component_event_outside_the_table_raises(
     state: m.ComponentState, event: m.Event
 ) -> None:
-    with pytest.raises(m.UnexpectedEvent):
+    with pytest.raises(UnexpectedEvent):
         m.step(SPEC, state, event, 1.0)
 
 
@@ -69,7 +70,7 @@ def test_the_allowed_pairs_still_run_as_before() -> None:
 )
 def test_a_controller_answer_without_a_controller_raises(event: ms.Event) -> None:
     alone = ms.MembershipState(standing=ms.Standing.NOT_CONFIGURED)
-    with pytest.raises(ms.UnexpectedEvent):
+    with pytest.raises(UnexpectedEvent):
         ms.step(alone, event, 1.0)
 
 
@@ -78,7 +79,7 @@ def test_an_event_type_without_a_rule_raises() -> None:
         pass
 
     waiting = ms.MembershipState(standing=ms.Standing.WAITING)
-    with pytest.raises(ms.UnexpectedEvent):
+    with pytest.raises(UnexpectedEvent):
         ms.step(waiting, Stray(), 1.0)  # type: ignore[arg-type]
 
 

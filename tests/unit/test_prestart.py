@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from xce_agent.components.prestart import live_copies, stop_copies, ticks_now
+from xce_agent.errors import UnexpectedEvent
 from xce_agent.state import AgentState, StartIntent, StateStore, StateWriter
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.boot import boot_id, boot_time
@@ -43,7 +44,7 @@ def test_a_deferred_start_backs_off_longer_each_time_and_is_never_a_crash_loop()
     running = m.step(SPEC, state, m.Spawned(7), 2000.0).state
     assert running.phase is m.Phase.RUNNING and running.deferrals == 0
     # A deferral comes only while starting; one whose start was stopped meanwhile stops.
-    with pytest.raises(m.UnexpectedEvent):
+    with pytest.raises(UnexpectedEvent):
         m.step(SPEC, running, m.Deferred("late"), 2001.0)
     starting = m.step(SPEC, m.ComponentState(), m.Start(), 0.0).state
     stopped = m.step(SPEC, starting, m.Stop(), 0.1).state

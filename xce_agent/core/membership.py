@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
+from xce_agent.errors import UnexpectedEvent
 from xce_protocol.notices import Notice
 from xce_protocol.reasons import Reason
 
@@ -281,12 +282,6 @@ Action = Union[
     StopForShutdown,
 ]
 Step = tuple[MembershipState, tuple[Action, ...]]
-
-
-class UnexpectedEvent(Exception):
-    """An event the table below refuses in the host's standing: raised, never absorbed. The
-    agent logs it with reason code unexpected_event and drops it; a test that provokes one
-    fails."""
 
 
 # The controller's answers (and what the link makes of them) come only to an agent that has a

@@ -13,6 +13,7 @@ import signal
 from dataclasses import dataclass, replace
 from typing import Union
 
+from xce_agent.errors import UnexpectedEvent
 from xce_agent.supervision.backoff import is_crash_loop, recent_starts, restart_delay
 from xce_agent.supervision.spec import ComponentSpec, RestartPolicy
 from xce_protocol.reasons import Reason
@@ -174,12 +175,6 @@ def next_deadline(state: ComponentState) -> float | None:
     if state.phase is Phase.RUNNING and state.probe_next is not None and not state.probe_running:
         times.append(state.probe_next)
     return min(times) if times else None
-
-
-class UnexpectedEvent(Exception):
-    """An event `ALLOWED` does not take in the component's phase. Raised, never absorbed (as
-    h11's machine does): the supervisor logs it with reason code unexpected_event and drops
-    it, and a test that provokes one fails."""
 
 
 _EVERY_PHASE = frozenset(Phase)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from xce_agent.errors import UnexpectedEvent
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.cgroups import CgroupTree
 from xce_agent.supervision.event_queue import EventQueue
@@ -305,7 +306,7 @@ class Supervisor:
         now = self.reactor.clock.monotonic()
         try:
             transition = m.step(spec, before, event, now, self._rand())
-        except m.UnexpectedEvent as exc:
+        except UnexpectedEvent as exc:
             code = Reason.UNEXPECTED_EVENT.value
             log.error("%s: dropped %s", name, exc, extra={"reason_code": code, "component": name})
             return
