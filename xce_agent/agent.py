@@ -1,30 +1,26 @@
 """The node agent's wiring: config in, components supervised, state saved, systemd told.
 
-Restart versus stop: SIGTERM (what `systemctl stop|restart` and package upgrades send with
-`KillMode=process`) makes the agent exit and leave its components running, to be adopted by
-the next agent; only when the whole system is shutting down does SIGTERM stop them too.
-`xce-agent stop` (the control socket) stops every component gracefully and then the agent, a
-joined one after telling the controller and draining the host (a planned stop,
-controller/planned_stop.py); SIGUSR2 does the same at once, without a drain; SIGHUP reloads
-the config. Every other signal that would end the agent is logged and ignored. See
-docs/operations.md.
+SIGTERM leaves the components running, to be adopted by the next agent; `xce-agent stop` (the
+control socket) stops every component and then the agent, a joined one after telling the
+controller and draining the host (a planned stop, controller/planned_stop.py); SIGUSR2 stops
+at once; SIGHUP reloads the config (agent_signals.py). See docs/operations.md.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from xce_agent import agent_start, agent_timers
+from xce_agent import membership_actions as actions
+from xce_agent.agent_signals import AgentSignals
 from xce_agent.components.adoption import adopt_previous
 from xce_agent.components.prestart import PreStart
 from xce_agent.components.records import component_records
 from xce_agent.config.agent import AgentConfig
 from xce_agent.controller.credential import CredentialStore
-from xce_agent.controller.handoff import Handoff, HandoffRunner, tls_environment
 from xce_agent.controller.join_guard import JoinGuard
 from xce_agent.controller.lease_client import HttpLeaseCalls
 from xce_agent.controller.planned_stop import PlannedStop
@@ -41,7 +37,6 @@ from xce_agent.operator.status_line import status_line
 from xce_agent.operator.verbs import Operator
 from xce_agent.singletons.runner import Singletons, fenced
 from xce_agent.state import (
-    AgentRecord,
     AgentState,
     Lifecycle,
     StartIntent,
@@ -51,16 +46,12 @@ from xce_agent.state import (
 )
 from xce_agent.supervision import cgroups
 from xce_agent.supervision import machine as m
-from xce_agent.supervision.boot import boot_id
-from xce_agent.supervision.identity import ProcessIdentity, start_ticks
 from xce_agent.supervision.process import ProcessRunner
 from xce_agent.supervision.reactor import Reactor
 from xce_agent.supervision.supervisor import Supervisor
-from xce_agent.system import single_agent, start_signals, unused_signals
-from xce_agent.system.notify import Notifier, system_shutting_down, watchdog_interval
-from xce_agent.system.reader import reader_of
+from xce_agent.system import single_agent, start_signals
+from xce_agent.system.notify import Notifier, system_shutting_down
 from xce_protocol.notices import NoticeState
-from xce_protocol.protocol import printable
 from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
@@ -85,39 +76,21 @@ class Agent:
         held: start_signals.Held | None = None,
     ) -> None:
         self.config = config
-        self._held_signals = held
         self.notifier = notifier
         self.reactor = reactor or Reactor()
         self.store = StateStore(config.state_directory)
         self.store.ensure_directory()  # before anything is created in it (output/)
         self.writer: StateWriter | None = None
         self._shutting_down = shutting_down
-        workers = [c for c in config.components if c.role in ms.JOIN_FIRST_ROLES]
         ctl = config.controller
         # The host credential from the last join, if it was issued to this very host; the
         # worker gets its own credential from it, never the join token.
         self.credentials = CredentialStore(config.state_directory)
         me = host_name(config)
         self.stored = self.credentials.load(me, config.instance.id, ctl.urls) if ctl else None
-        self.handoff = Handoff(
-            config.state_directory,
-            reader_of(workers),
-            ",".join(ctl.urls) if ctl else "",  # XCE_CONTROLLER_URL: xcecli's list form
-            self.stored.worker_secret or None if self.stored else None,
-            tls_environment(ctl),
-        )
-        if runner is None:
-            self.containment = containment or cgroups.detect(config.state_directory.resolve())
-            self._detected = containment is None
-            runner = HandoffRunner(
-                self.handoff,
-                ms.JOIN_FIRST_ROLES,
-                owner=str(config.state_directory.resolve()),
-                cgroups=self.containment.tree,
-            )
-        else:
-            self.containment = containment or cgroups.Detection(None, "test runner")
-            self._detected = False
+        self.handoff = agent_start.handoff_for(config, self.stored)
+        self._detected = runner is None and containment is None
+        runner, self.containment = agent_start.runner_for(config, self.handoff, runner, containment)
         self._runner = runner
         self.supervisor = Supervisor(
             [fenced(spec) for spec in config.components],
@@ -126,7 +99,7 @@ class Agent:
             output_dir=config.state_directory / "output",
             on_change=self._component_changed,
             on_decommission_exit=self._decommission_exit,
-            on_output=self._output_seen,
+            on_output=agent_timers.Later(self.reactor, 2.0, self._refresh_components),
         )
         # Before every start: no other copy anywhere, and the start written ahead.
         self.prestart = PreStart(self.supervisor, getattr(runner, "owner", ""), self._save_ahead)
@@ -152,7 +125,7 @@ class Agent:
             self.supervisor.specs, self.supervisor.send_signal, config.state_directory
         )
         self.notices = CloudNotices(config.cloud, relay, lambda n: self.post(ms.Noticed(n)))
-        self._announcing = False  # telling the controller the system is going down
+        self.signals = AgentSignals(self, held)
         self.metrics = AgentMetrics(config.metrics)
         self.metrics.watching_notices = config.cloud.provider != "none"
         self.singletons = Singletons(
@@ -172,7 +145,6 @@ class Agent:
         self._control: ControlServer | None = None
         self._leaving: str | None = None  # "detach" or "stop" once the agent is on its way out
         self._last_status = ""
-        self._tail_pending = False
         # Until the previous agent's components were adopted, the saved records are theirs:
         # an agent refused or failing before that must not overwrite them with empty ones.
         self._resumed = False
@@ -197,7 +169,7 @@ class Agent:
             self._contain(previous)
             self._record_self(previous)
             start_signals.pass_gate()
-            self._install_signals()
+            self.signals.install()
             self._control = ControlServer(
                 self.config.state_directory / SOCKET_NAME, self.reactor, self.operator.handle
             )
@@ -206,38 +178,22 @@ class Agent:
             self._resumed = True
             self._set_lifecycle(Lifecycle.RUNNING)
             self.notifier.notify("READY=1")
-            self._start_watchdog()
+            agent_timers.start_watchdog(self.reactor, self.notifier)
             if self.config.controller is not None or self.metrics.file is not None:
-                self._check_link()  # else nothing to check: the idle agent sleeps untimed
+                # else nothing to check: the idle agent sleeps untimed
+                agent_timers.every(self.reactor, LINK_CHECK_PERIOD, self._check_link)
             self.reactor.run(until=self._done)
             return 0
         finally:
             self._finish()
 
     def _contain(self, previous: AgentState | None) -> None:
-        """Move into the `agent` leaf of the delegated cgroup, or fall back and say why."""
-        if self._detected and previous is not None:
-            self.containment = cgroups.inherit(self.containment, previous.cgroup_root)
-        self.containment = cgroups.enter(self.containment)
-        self._runner.cgroups = self.containment.tree
-        level = logging.INFO if self.containment.tree else logging.WARNING
-        log.log(level, "components are contained by %s", self.containment.description)
-        for name in self.supervisor.specs:
-            note = self.supervisor.limits_note(name)
-            if note:
-                level = logging.WARNING if "NOT enforced" in note else logging.INFO
-                log.log(level, "%s: limits %s", name, note)
+        self.containment = agent_start.contain(
+            self.containment, self._detected, previous, self._runner, self.supervisor
+        )
 
     def _record_self(self, previous: AgentState | None) -> None:
-        ticks = start_ticks(os.getpid())
-        record = AgentRecord(
-            pid=os.getpid(),
-            create_time=ProcessIdentity(0, ticks, "", "", ()).started_epoch(),
-            boot_id=boot_id(),
-            started_at=time.time(),
-            config=str(self.config.path),
-            start_ticks=ticks,
-        )
+        record = agent_start.self_record(self.config)
         base = previous or self.state
         tree = self._runner.cgroups
         self.state = replace(
@@ -260,11 +216,7 @@ class Agent:
             self.handoff.open_directory()
         except OSError as exc:
             log.error("cannot set the state directory's access: %s", exc.strerror)
-        if self.config.controller is not None:
-            env = self.handoff.env(self.host, self.config.instance.id)
-            for role in ms.JOIN_FIRST_ROLES:
-                if env is not None:  # an adopted worker restarts with the template it had
-                    self.supervisor.set_role_env(role, env, self.handoff.fds())
+        actions.restore_role_env(self)
         boot = ms.Boot(
             self.config.instance.id,
             self.host,
@@ -275,45 +227,19 @@ class Agent:
         self.notices.start()
         self.join_guard.start()
 
-    def _install_signals(self) -> None:
-        for signum in unused_signals.UNUSED_SIGNALS:
-            self.reactor.add_signal_handler(signum, unused_signals.ignore)
-        self.reactor.add_signal_handler(signal.SIGTERM, self._on_term)
-        self.reactor.add_signal_handler(signal.SIGINT, self._on_term)
-        self.reactor.add_signal_handler(signal.SIGUSR2, self._on_stop_request)
-        self.reactor.add_signal_handler(signal.SIGHUP, self._on_hup)
-        for signum in self._held_signals.take() if self._held_signals else ():
-            # Arrived while starting (system/start_signals.py): acted on once the loop runs.
-            log.info("%s arrived while starting: acting on it now", unused_signals.name(signum))
-            self.reactor.deliver(signum)
+    # --- what the signal handlers may ask (agent_signals.py SignalSide) -------------------
+    def system_going_down(self) -> bool:
+        return self._shutting_down()
 
-    def _on_term(self, signum: int) -> None:
-        if self._announcing:
-            return  # already telling the controller; the components stop next
-        if self._shutting_down():
-            log.info("system is shutting down: telling the controller, then stopping components")
-            self._announcing = True
-            self.notifier.notify("STOPPING=1")
-            self._set_lifecycle(Lifecycle.STOPPING)  # what the final report says
-            self.handle(ms.ShuttingDown())
-        else:
-            log.info("%s: exiting; components keep running", signal.Signals(signum).name)
-            self._leaving = "detach"
-            self.reactor.stop()
+    def begin_shutdown(self) -> None:
+        self.notifier.notify("STOPPING=1")
+        self._set_lifecycle(Lifecycle.STOPPING)  # what the final report says
+        self.handle(ms.ShuttingDown())
 
-    def _on_stop_request(self, signum: int) -> None:
-        # SIGUSR2 stops at once, as `xce-agent stop --no-drain`: the CLI's planned stop, which
-        # drains first, comes over the control socket.
-        self.request_stop("SIGUSR2", drain=0.0)
-
-    def _on_hup(self, signum: int) -> None:
-        try:
-            answer = self.operator.handle("reload", "")
-        except Exception:  # as on the control socket: a reload's failure never ends the agent
-            log.exception("SIGHUP: reload failed; the config in use stays")
-            return
-        if not answer.ok:  # a reload that happened is logged by the reload itself
-            log.error("SIGHUP: %s", answer.message)
+    def detach(self, why: str) -> None:
+        log.info("%s", why)
+        self._leaving = "detach"
+        self.reactor.stop()
 
     def request_stop(self, reason: str, drain: float | None = None) -> None:
         """Stop every component, then the agent; a joined agent drains first (`drain`
@@ -357,35 +283,11 @@ class Agent:
             self._held.release()
             self._held = None
 
-    # --- watchdog ---------------------------------------------------------------------
-    def _start_watchdog(self) -> None:
-        interval = watchdog_interval()
-        if interval is None:
-            return
-
-        def ping() -> None:
-            self.notifier.notify("WATCHDOG=1")
-            self.reactor.call_later(interval, ping)
-
-        ping()
-
-    def _output_seen(self, name: str, delay: float = 2.0) -> None:
-        """Save the last lines of output a little later (once per burst, not per line)."""
-        if self._tail_pending:
-            return
-        self._tail_pending = True
-
-        def refresh() -> None:
-            self._tail_pending = False
-            self._refresh_components()
-
-        self.reactor.call_later(delay, refresh)
-
+    # --- periodic -------------------------------------------------------------------
     def _check_link(self) -> None:
         self.controller.check_threads()
         self.metrics.restore()  # the same period serves: one stat of the textfile
         self._check_state_file()
-        self.reactor.call_later(LINK_CHECK_PERIOD, self._check_link)
 
     def _check_state_file(self) -> None:
         """The state file is what this agent wrote last, or it is written again: an older copy
@@ -416,13 +318,13 @@ class Agent:
             self._save()
         before = self.state.membership
         try:
-            after, actions = ms.step(before, event, time.time())
+            after, todo = ms.step(before, event, time.time())
         except UnexpectedEvent as exc:
             code = Reason.UNEXPECTED_EVENT.value
             log.error("membership: dropped %s", exc, extra={"reason_code": code})
             return
         if after != before:
-            self._log_standing(before, after)
+            actions.log_standing(before, after)
             self.state = replace(self.state, membership=after)
             self._save()
         if after.decommissioned:
@@ -430,10 +332,10 @@ class Agent:
             self.planned.end("the host was decommissioned")  # nothing left to drain for
         if after.standing is ms.Standing.CONNECTED:
             self.join_guard.accepted()  # accepted once: the join deadline no longer applies
-        if isinstance(event, ms.ConfirmedActive) and actions:
+        if isinstance(event, ms.ConfirmedActive) and todo:
             log.warning("controller says this host is active: starting its worker role again")
-        for action in actions:
-            self._perform(action)
+        for action in todo:
+            actions.perform(self, action)
         self._workers_down_check()
 
     def _workers_down_check(self) -> None:
@@ -444,68 +346,7 @@ class Agent:
 
     def prepare_role(self, role: str) -> bool:
         """Hand a worker-role component its template before it starts; False if there is none."""
-        if role in ms.JOIN_FIRST_ROLES and self.config.controller is not None:
-            cred = self.controller.credential()
-            if cred is not None:
-                self.handoff.set_credential(cred.worker_secret or None)
-            env = self.handoff.env(self.host, self.config.instance.id)
-            if env is None:
-                log.error("no template from the controller: not starting %s", role)
-                return False
-            self.supervisor.set_role_env(role, env, self.handoff.fds())
-        return True
-
-    def _perform(self, action: ms.Action) -> None:
-        if isinstance(action, ms.StartRole):
-            if self.prepare_role(action.role):
-                self.supervisor.start_role(action.role, action.reason, action.code)
-        elif isinstance(action, ms.StopRole):
-            self.supervisor.stop_role(action.role, action.reason, action.code)
-        elif isinstance(action, ms.WriteTemplate):
-            try:
-                self.handoff.write_template(action.doc)
-            except OSError as exc:  # the worker start that follows says it has no template
-                log.error("cannot write %s: %s", self.handoff.template_path, exc.strerror)
-        elif isinstance(action, ms.SaveNow):
-            if self.writer is not None:
-                self.writer.flush()  # e.g. the tombstone is on disk before the worker stops
-        elif isinstance(action, ms.OpenLink):
-            self.controller.open_link().start()
-        elif isinstance(action, ms.FinalReport):
-            self.controller.open_link().final_report()
-        elif isinstance(action, ms.Confirm):
-            self.controller.confirm()
-        else:
-            self._perform_notice(action)
-
-    def _perform_notice(self, action: ms.Action) -> None:
-        if isinstance(action, ms.RelayNotice):
-            self.notices.tell_components(action.notice)
-        elif isinstance(action, ms.SendNotice):
-            self.controller.send_notice(action.notice)
-        elif isinstance(action, ms.ApproveEvent):
-            self.notices.approve(action.event_id)
-        elif isinstance(action, ms.EndStaleNotice):
-            ended = self.notices.stale_end(action.event_id, action.kind)
-            if ended is not None:
-                shown = printable(ended.event_id)[:80]
-                log.info("the controller acts on notice %s, which is over: ending it", shown)
-                self.handle(ms.Noticed(ended))  # told like an end the watcher saw
-        elif isinstance(action, ms.AnnounceShutdown):
-            self.controller.announce_shutdown()
-        elif isinstance(action, ms.StopForShutdown):
-            self.request_stop("system shutdown", drain=0.0)  # announced: no drain to wait for
-
-    def _log_standing(self, before: ms.MembershipState, after: ms.MembershipState) -> None:
-        if after.link_warning != before.link_warning:
-            log.error("controller %s", after.link_warning)
-        if after.standing is before.standing:
-            return
-        quiet = (ms.Standing.UNREACHABLE, ms.Standing.REFUSED)
-        level = logging.WARNING if after.standing in quiet else logging.INFO
-        detail = f" ({after.detail})" if after.detail else ""
-        code = {"reason_code": ms.standing_code(after.standing)}
-        log.log(level, "controller contact: %s%s", after.standing.value, detail, extra=code)
+        return actions.prepare_role(self, role)
 
     # --- state ------------------------------------------------------------------------
     def _component_changed(self, name: str, cstate: m.ComponentState) -> None:
