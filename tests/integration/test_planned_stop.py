@@ -200,3 +200,26 @@ def test_the_drain_is_bounded_when_the_controller_never_answers(tmp_path: Path) 
     finally:
         agent.stop()
         server.close()
+
+
+def test_a_decommission_during_the_drain_ends_it_and_the_worker_stays_stopped(
+    world: World,
+) -> None:
+    world.api("POST", "/v1/jobs", json={"command": ["sleep", "600"], "host": "node1"})
+    wait_for(lambda: world.jobs()[0]["state"] == "running", timeout=20)
+    draining = world.stop("--drain-timeout", "10m")
+    wait_for(lambda: "waiting for its jobs" in world.agent.log(), timeout=20)
+    started = time.monotonic()
+    # Its own drain of 0 s, its job requeued: decommissioned at once, the 410 on the next call.
+    body = {"reason": "gone", "drain_timeout": 0, "policy": "requeue"}
+    world.api("POST", "/v1/hosts/node1/decommission", json=body)
+    assert finished(draining) == 0  # the agent ends: it does not hang on the drain
+    assert time.monotonic() - started < 20  # not the 10 minutes
+    log = world.agent.log()
+    assert "planned stop: the host was decommissioned; stopping the components" in log, log
+    # Started once, before the stop; never again after the decommission.
+    assert log.count("worker: stopped -> starting") == 1, log
+    assert world.agent.worker()["phase"] == "stopped"
+    assert world.agent.state()["controller"]["state"] == "decommissioned"
+    assert world.agent.state()["tombstone"]["reason"].startswith("gone")
+    assert world.agent.proc is not None and world.agent.proc.wait(timeout=10) == 0
