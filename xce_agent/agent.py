@@ -121,6 +121,7 @@ class Agent:
         self.planned = PlannedStop(
             self.reactor, self.controller, config.instance.id, self.supervisor.stop_all
         )
+        self.planned.on_change = self._planned_changed
         relay = NoticeRelay(
             self.supervisor.specs, self.supervisor.send_signal, config.state_directory
         )
@@ -362,6 +363,10 @@ class Agent:
     def _singletons_changed(self) -> None:
         self.state = replace(self.state, singletons=self.singletons.status())
         self._save()  # and the metrics
+
+    def _planned_changed(self) -> None:
+        self.state = replace(self.state, planned_stop=self.planned.status)
+        self._save()
 
     def _decommission_exit(self, name: str, code: int) -> None:
         log.warning("%s exited with code %d (rejoin refused): asking the controller", name, code)

@@ -21,6 +21,7 @@ from xce_agent.config.component import NAME
 from xce_agent.core import pending_notices, singleton_holds
 from xce_agent.core.membership import MembershipState, Standing
 from xce_agent.core.pending_notices import PendingNotice
+from xce_agent.core.planned_stop import Draining
 from xce_agent.core.singleton_holds import SingletonHold
 from xce_agent.errors import StateError, StateNotPermitted
 from xce_protocol.atomic_file import write_atomic
@@ -143,6 +144,7 @@ class AgentState:
     notices: tuple[PendingNotice, ...] = ()  # the provider's notices pending (status shows them)
     singletons: tuple[SingletonHold, ...] = ()  # each singleton's lease hold (status shows them)
     starting: tuple[StartIntent, ...] = ()  # starts begun whose identity is not saved yet
+    planned_stop: Draining | None = None  # a planned stop's drain under way (status shows it)
 
     def component(self, name: str) -> ComponentRecord | None:
         return next((c for c in self.components if c.name == name), None)
@@ -183,6 +185,7 @@ class AgentState:
             "notices": [n.to_json() for n in self.notices],
             "singletons": [h.to_json() for h in self.singletons],
             "starting": [asdict(i) for i in self.starting],
+            "planned_stop": self.planned_stop.to_json() if self.planned_stop else None,
         }
 
     @classmethod
@@ -216,6 +219,7 @@ class AgentState:
                 notices=pending_notices.from_json(data.get("notices")),
                 singletons=singleton_holds.from_json(data.get("singletons")),
                 starting=_intents(data.get("starting")),
+                planned_stop=Draining.from_json(data.get("planned_stop")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed state: {exc}") from None

@@ -6,6 +6,7 @@ does; `--no-drain` is the old stop."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from tests.integration.agents import AgentProcess
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.fake_controller import HOST, INSTANCE, Exchange, FakeController
 from tests.integration.helpers import wait_for
-from xce_protocol.times import times_to_epoch
+from xce_protocol.times import parse_time, times_to_epoch
 
 GRACE = 3.0
 CLUSTER = f"""\
@@ -223,3 +224,27 @@ def test_a_decommission_during_the_drain_ends_it_and_the_worker_stays_stopped(
     assert world.agent.state()["controller"]["state"] == "decommissioned"
     assert world.agent.state()["tombstone"]["reason"].startswith("gone")
     assert world.agent.proc is not None and world.agent.proc.wait(timeout=10) == 0
+
+
+def test_status_shows_the_drain_since_when_and_its_bound(world: World) -> None:
+    world.api("POST", "/v1/jobs", json={"command": ["sleep", "600"], "host": "node1"})
+    wait_for(lambda: world.jobs()[0]["state"] == "running", timeout=20)
+    before = time.time()
+    draining = world.stop("--drain-timeout", "10m")
+    wait_for(lambda: "waiting for its jobs" in world.agent.log(), timeout=20)
+    wait_for(lambda: world.agent.state().get("planned_stop"), timeout=10)
+    text, _ = cli(world.agent, "status").communicate(timeout=30)
+    assert "planned stop: draining since " in text, text
+    assert "bound 600s: the worker stops by " in text, text
+    shown, _ = cli(world.agent, "status", "--json").communicate(timeout=30)
+    drain = json.loads(shown)["planned_stop"]
+    since, deadline = parse_time(drain["since"]), parse_time(drain["deadline"])
+    assert since is not None and deadline is not None, drain
+    assert before - 1 <= since <= time.time() and drain["bound"] == 600, drain
+    assert deadline == pytest.approx(since + 600, abs=0.01), drain
+    assert drain["event_id"].startswith("agent-stop-"), drain
+    assert finished(world.stop("--no-drain")) == 0
+    assert finished(draining) == 0
+    assert world.agent.state()["planned_stop"] is None  # over: the last state says so
+    text, _ = cli(world.agent, "status").communicate(timeout=30)
+    assert "planned stop" not in text, text

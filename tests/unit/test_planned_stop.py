@@ -200,3 +200,26 @@ def test_the_drain_options_are_for_the_whole_host(args: list[str], said: str) ->
 
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and said in result.output, result.output
+
+
+def test_a_drain_under_way_is_saved_and_shown_by_status() -> None:
+    from xce_agent.operator.status import render_status
+    from xce_agent.state import AgentState
+
+    drain = ps.Draining(1000.0, 60.0, "agent-stop-1000.000", "xce-agent stop")
+    state = AgentState(planned_stop=drain)
+    again = AgentState.from_json(state.to_json())
+    assert again.planned_stop == drain and again.planned_stop.deadline == 1060.0
+    assert state.to_json()["planned_stop"]["deadline"] == 1060.0
+    text = render_status(state, 1010.0)
+    assert "planned stop: draining since " in text and "bound 60s" in text
+    assert "(in 50s) at the latest" in text
+    assert "planned stop" not in render_status(AgentState(), 1010.0)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, [], {}, {"since": "x", "bound": 1}, {"since": 1, "bound": math.nan}, {"since": True}],
+)
+def test_a_saved_drain_that_is_none_is_left_out(data: object) -> None:
+    assert ps.Draining.from_json(data) is None

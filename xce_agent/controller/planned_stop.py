@@ -44,6 +44,8 @@ class PlannedStop:
         self._reason = ""
         self._draining = False
         self.told = False  # the controller took the stop notice: it waits for a last report
+        self.status: ps.Draining | None = None  # what the state saves while a drain is on
+        self.on_change: Callable[[], None] = lambda: None  # the status changed
 
     def draining(self) -> bool:
         """The components wait for the drain: the agent must not end yet."""
@@ -62,8 +64,11 @@ class PlannedStop:
             self._stop_components(reason)
             return
         self._reason, self._draining = reason, True
-        self.event_id = f"agent-stop-{self._wall():.3f}"
-        notice = Notice(NoticeKind.STOP, "agent", self.event_id, self._wall() + seconds)
+        now = self._wall()
+        self.event_id = f"agent-stop-{now:.3f}"
+        notice = Notice(NoticeKind.STOP, "agent", self.event_id, now + seconds)
+        self.status = ps.Draining(now, seconds, self.event_id, reason)
+        self.on_change()
         log.info("planned stop: telling the controller, then draining for up to %gs", seconds)
         self._timer = self._reactor.call_later(
             seconds, lambda: self.end(f"the drain's bound of {seconds:g}s passed")
@@ -109,6 +114,8 @@ class PlannedStop:
         if not self._draining:
             return
         self._draining = False
+        self.status = None
+        self.on_change()
         if self._timer is not None:
             self._timer.cancel()
         log.info("planned stop: %s; stopping the components", why)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from xce_agent.core.membership import MembershipState, Standing
@@ -81,3 +82,47 @@ def request_text(seconds: float | None) -> str:
     if seconds is None:
         return ""
     return "no-drain" if seconds <= 0 else f"drain={seconds:g}"
+
+
+@dataclass(frozen=True)
+class Draining:
+    """A planned stop's drain under way, as the state saves it and `status` shows it: since
+    when (wall clock), its bound in seconds, the notice's event id, who asked."""
+
+    since: float
+    bound: float
+    event_id: str = ""
+    reason: str = ""
+
+    @property
+    def deadline(self) -> float:
+        """When the worker stops at the latest (the notice's deadline)."""
+        return self.since + self.bound
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "bound": self.bound,
+            "deadline": self.deadline,
+            "event_id": self.event_id,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Draining | None:
+        """None for anything that is not one (a state of an older agent has none)."""
+        if not isinstance(data, dict):
+            return None
+        since, bound = data.get("since"), data.get("bound")
+        numbers = all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in (since, bound)
+        )
+        if not numbers:
+            return None
+        return cls(
+            float(since),  # type: ignore[arg-type]
+            float(bound),  # type: ignore[arg-type]
+            str(data.get("event_id", "")),
+            str(data.get("reason", "")),
+        )

@@ -17,6 +17,7 @@ from pathlib import Path
 from xce_agent.controller.credential import HostCredential
 from xce_agent.core.membership import standing_code
 from xce_agent.core.pending_notices import PendingNotice
+from xce_agent.core.planned_stop import Draining
 from xce_agent.core.singleton_holds import SingletonHold, describe
 from xce_agent.operator.status_line import status_line
 from xce_agent.state import AgentState, ComponentRecord
@@ -84,6 +85,15 @@ def _notice_line(notice: PendingNotice, now: float) -> str:
     )
     event = printable(f"{notice.provider} {notice.event_id}")[:80]
     return f"notice:      {kind} [{event}]: {when}, seen since {_ago(notice.since, now)}"
+
+
+def _planned_stop_line(drain: Draining, now: float, live: bool) -> str:
+    """`planned stop: draining since ..., bound 60s: the worker stops by ... at the latest`."""
+    stale = "" if live else " (as last saved: the agent is not running)"
+    return (
+        f"planned stop: draining since {_ago(drain.since, now)}, bound {drain.bound:g}s: "
+        f"the worker stops by {_in(drain.deadline, now)} at the latest{stale}"
+    )
 
 
 def _phase(comp: ComponentRecord, live: bool) -> str:
@@ -193,6 +203,8 @@ def render_status(
     if member.link_warning:
         lines.append(f"link:        {member.link_warning}")
     lines.extend(_notice_line(n, now) for n in state.notices)
+    if state.planned_stop is not None:
+        lines.append(_planned_stop_line(state.planned_stop, now, live))
     if state.tombstone:
         tomb = state.tombstone
         lines.append(
