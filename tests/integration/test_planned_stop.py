@@ -248,3 +248,46 @@ def test_status_shows_the_drain_since_when_and_its_bound(world: World) -> None:
     assert world.agent.state()["planned_stop"] is None  # over: the last state says so
     text, _ = cli(world.agent, "status").communicate(timeout=30)
     assert "planned stop" not in text, text
+
+
+def test_stop_without_an_agent_tells_the_controller_itself(world: World) -> None:
+    world.api("POST", "/v1/jobs", json={"command": ["sleep", "600"], "host": "node1"})
+    wait_for(lambda: world.jobs()[0]["state"] == "running", timeout=20)
+    world.agent.term()  # `systemctl stop xce-agent`: the worker and its job run on, unheard
+    worker = world.agent.worker_pid()
+    assert worker is not None
+    out, err = world.stop().communicate(timeout=60)
+    assert "no agent was running; stopped worker" in out, (out, err)
+    assert "the controller was told (a stop notice): the host is closed, not lost" in out, out
+    assert len(out.strip().splitlines()) == 1, out
+    host = world.host()
+    assert host["state"] == "closed" and host["notice"]["kind"] == "stop", host
+    wait_for(lambda: world.jobs()[0]["requeues"] == 1, timeout=10)  # requeued at once
+    assert world.jobs()[0]["state"] == "pending"
+    past(GRACE + 2)  # no heartbeat for longer than the grace: still not lost
+    host = world.host()
+    assert host["state"] == "closed" and host["notice"]["kind"] == "stop", host
+    assert world.api("GET", "/v1/to-return") == []
+    world.agent.start()  # the next agent's start ends the notice
+    wait_for(lambda: world.host()["state"] == "open", timeout=20)
+    assert world.host()["notice"] is None
+
+
+def test_stop_without_an_agent_says_so_when_the_controller_cannot_be_told(world: World) -> None:
+    world.agent.term()
+    world.ctl.stop()
+    started = time.monotonic()
+    out, err = world.stop().communicate(timeout=60)
+    took = time.monotonic() - started
+    assert "no agent was running; stopped worker" in out, (out, err)
+    assert "the controller was not told (" in out, out
+    assert "the host is lost after the grace" in out and len(out.strip().splitlines()) == 1
+    assert took < 5.0 + 10.0, took  # the notice's bound, then the worker's stop
+    assert world.agent.worker()["phase"] == "stopped"
+
+
+def test_stop_without_an_agent_and_no_drain_tells_nobody(world: World) -> None:
+    world.agent.term()
+    out, _ = world.stop("--no-drain").communicate(timeout=60)
+    assert "the controller was not told (--no-drain)" in out, out
+    assert world.host()["notice"] is None

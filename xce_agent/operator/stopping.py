@@ -4,8 +4,9 @@ With an agent running, it is asked (over the control socket; SIGUSR2, which does
 when no socket answers) to stop its components gracefully and exit, a joined one after a
 planned stop's drain (its bound is added to the wait); then the state and the processes are
 checked, and what the agent left (it may have been killed mid-stop) is stopped here. Without
-one (after `systemctl stop`, which leaves components running by design), the components
-recorded in the state are stopped here: their stop signal to the process group, their stop
+one (after `systemctl stop`, which leaves components running by design), a joined host's
+controller is told first (stop_notice.py), then the components recorded in the state are
+stopped here: their stop signal to the process group, their stop
 timeout, then SIGKILL (the whole cgroup when they run in one); the state is updated while
 holding the state directory. The answer says what happened; a failure is an error, never
 "stopped".
@@ -25,6 +26,7 @@ from xce_agent.config.agent import AgentConfig
 from xce_agent.core import planned_stop
 from xce_agent.errors import StopTimedOut
 from xce_agent.operator.control import SOCKET_NAME, request
+from xce_agent.operator.stop_notice import tell_controller
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
 from xce_agent.supervision import scopes
 from xce_agent.supervision.cgroups import CgroupTree, cgroup2_mount
@@ -60,7 +62,13 @@ def stop_host(config: AgentConfig, timeout: float, drain: float | None = None) -
             return "components stopped, agent exited"
         left = _stop_leftovers(config, store, after)
         return f"the agent exited before stopping everything; {left}"
-    return _stop_leftovers(config, store, state)
+    # No agent to speak for the host: told here, before its worker stops (stop_notice.py).
+    told = tell_controller(config, state, drain)
+    try:
+        done = _stop_leftovers(config, store, state)
+    except StopFailed as exc:
+        raise StopFailed(f"{exc}; {told}" if told else str(exc)) from None
+    return f"{done}; {told}" if told else done
 
 
 def _ask_agent(config: AgentConfig, pid: int, timeout: float, drain: float | None) -> None:
