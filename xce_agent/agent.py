@@ -15,10 +15,10 @@ from dataclasses import replace
 
 from xce_agent import agent_start, agent_timers
 from xce_agent import membership_actions as actions
+from xce_agent.agent_saving import StateSaving
 from xce_agent.agent_signals import AgentSignals
 from xce_agent.components.adoption import adopt_previous
 from xce_agent.components.prestart import PreStart
-from xce_agent.components.records import component_records
 from xce_agent.config.agent import AgentConfig
 from xce_agent.controller.credential import CredentialStore
 from xce_agent.controller.join_guard import JoinGuard
@@ -33,13 +33,11 @@ from xce_agent.metrics.agent import AgentMetrics
 from xce_agent.notices.relay import NoticeRelay
 from xce_agent.notices.watching import CloudNotices
 from xce_agent.operator.control import SOCKET_NAME, ControlServer
-from xce_agent.operator.status_line import status_line
 from xce_agent.operator.verbs import Operator
 from xce_agent.singletons.runner import Singletons, fenced
 from xce_agent.state import (
     AgentState,
     Lifecycle,
-    StartIntent,
     StateStore,
     StateWriter,
     Tombstone,
@@ -62,7 +60,7 @@ LINK_CHECK_PERIOD = 5.0  # how often the link's threads are checked for a stall
 AlreadyRunning = single_agent.AlreadyRunning
 
 
-class Agent:
+class Agent(StateSaving):
     """The only writer of AgentState: supervision reports and link events come here."""
 
     def __init__(
@@ -141,11 +139,10 @@ class Agent:
             config, self.reactor, lambda: self.state.membership.detail, self.host
         )
         self.join_guard.on_change = self._update_metrics
-        self._since: dict[str, float] = {}
+        self._since = {}
         self._held: single_agent.Held | None = None
         self._control: ControlServer | None = None
         self._leaving: str | None = None  # "detach" or "stop" once the agent is on its way out
-        self._last_status = ""
         # Until the previous agent's components were adopted, the saved records are theirs:
         # an agent refused or failing before that must not overwrite them with empty ones.
         self._resumed = False
@@ -387,48 +384,3 @@ class Agent:
     def refresh(self) -> None:
         """Save the components' state now (after an operator's change)."""
         self._refresh_components()
-
-    def _refresh_components(self) -> None:
-        now, mono = time.time(), self.reactor.clock.monotonic()
-        records = component_records(self.supervisor, self._since, now, mono)
-        self.state = replace(self.state, components=records)
-        self._save()
-
-    def _set_lifecycle(self, lifecycle: Lifecycle) -> None:
-        self.state = replace(self.state, lifecycle=lifecycle)
-        self._refresh_components()
-
-    def save_error(self) -> str:
-        return self.writer.last_error if self.writer is not None else ""
-
-    def _save_ahead(self, intents: tuple[StartIntent, ...]) -> str:
-        """Save now and wait until it is on disk: "" once it is, else why not."""
-        now, mono = time.time(), self.reactor.clock.monotonic()
-        records = component_records(self.supervisor, self._since, now, mono)
-        self.state = replace(self.state, components=records, starting=intents, updated_at=now)
-        why = self.writer.save_now(self.state) if self.writer is not None else ""
-        self._update_metrics()
-        return why
-
-    def _save(self) -> None:
-        starting = self.prestart.intents_now()
-        self.state = replace(self.state, updated_at=time.time(), starting=starting)
-        if self.writer is not None:
-            self.writer.submit(self.state)
-        self._update_metrics()
-        line = status_line(self.state)
-        if line != self._last_status:
-            self._last_status = line
-            self.notifier.notify(f"STATUS={line}")
-
-    # --- metrics ----------------------------------------------------------------------
-    def _update_metrics(self) -> None:
-        member = self.state.membership
-        self.metrics.update(
-            self.state,
-            {s.name: self.supervisor.state(s.name).last_exit for s in self.config.components},
-            contact=member.standing is ms.Standing.CONNECTED,
-            decommissioned=member.decommissioned,
-            singletons=self.singletons.samples(),
-            join=self.join_guard.metrics(),
-        )
