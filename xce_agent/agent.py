@@ -203,6 +203,7 @@ class Agent(StateSaving):
             instance_id=self.config.instance.id,
             roles=self.config.roles,
             notices=(),  # the watcher reads every item again
+            planned_stop=None,  # a killed agent's drain is over: this one has none
             singletons=self.singletons.status(),
         )
         self._save()

@@ -291,3 +291,17 @@ def test_stop_without_an_agent_and_no_drain_tells_nobody(world: World) -> None:
     out, _ = world.stop("--no-drain").communicate(timeout=60)
     assert "the controller was not told (--no-drain)" in out, out
     assert world.host()["notice"] is None
+
+
+def test_a_killed_agents_drain_is_not_shown_by_the_next_agent(world: World) -> None:
+    world.api("POST", "/v1/jobs", json={"command": ["sleep", "600"], "host": "node1"})
+    wait_for(lambda: world.jobs()[0]["state"] == "running", timeout=20)
+    draining = world.stop("--drain-timeout", "10m")
+    wait_for(lambda: world.agent.state().get("planned_stop"), timeout=20)
+    assert world.agent.proc is not None
+    world.agent.proc.kill()  # mid-drain: its last state still says draining
+    draining.communicate(timeout=60)  # the command stops what the agent left
+    assert world.agent.state()["planned_stop"] is not None
+    world.start_again()
+    wait_for(lambda: world.agent.state().get("lifecycle") == "running", timeout=20)
+    assert world.agent.state()["planned_stop"] is None
