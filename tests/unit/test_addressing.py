@@ -115,3 +115,34 @@ def test_the_agents_provider_reaches_an_expected_record_that_named_none() -> Non
     w.commit(lc.expect(w.cluster, w.cfg, 0.0, "p", "i-2", "default", "n2", provider="gcp"))
     w.join_with(lc.JoinRequest(name="n2", instance_id="i-2", provider="aws"))
     assert w.cluster.hosts["i-2"].provider == "gcp"  # the provisioner's word stands
+
+
+def test_a_name_expected_again_after_a_decommission_means_the_new_record(
+    ctl: Controller,
+) -> None:
+    """Before: `n1` meant the decommissioned record; the expected one could not be closed or
+    decommissioned by its name."""
+    ctl.join(join(ctl, "n1", "", ctl.cfg.join_token))
+    ctl.control("n1", AdminAction.DECOMMISSION, "admin")
+    expect(ctl, "i-2", name="n1", token=TOKEN)
+    assert ctl.find_host("n1").key == "i-2"
+    host = ctl.control("n1", AdminAction.DECOMMISSION, "admin", why="token leaked")
+    assert (host.key, host.state) == ("i-2", HostState.DECOMMISSIONED)
+
+
+@pytest.mark.parametrize("joined_as", ["i-0abc", "10.1.2.3"])
+def test_a_name_that_is_another_records_instance_or_address_is_ambiguous(
+    ctl: Controller, joined_as: str
+) -> None:
+    """Before: the host that joined under the name was taken (decommissioning it left the
+    expected instance, and its leaked token, alive)."""
+    expect(ctl, "i-0abc", address="10.1.2.3", token=TOKEN)
+    ctl.join(join(ctl, joined_as, "", ctl.cfg.join_token))
+    with pytest.raises(lc.Refused) as refused:
+        ctl.control(joined_as, AdminAction.DECOMMISSION, "admin")
+    assert (refused.value.status, refused.value.kind) == (409, "ambiguous")
+    assert {c["key"] for c in refused.value.details["candidates"]} == {
+        "i-0abc",
+        f"host:{joined_as}",
+    }
+    assert all(h.state is not HostState.DECOMMISSIONED for h in ctl.cluster.hosts.values())
