@@ -54,4 +54,8 @@ def signed_in(ctl: Controller, request: Request, authorization: str | None) -> b
 def check_viewer(request: Request, authorization: str | None) -> None:
     ctl: Controller = request.app.state.controller
     if not signed_in(ctl, request, authorization):
+        bearer = authorization or ""
+        token = bearer[7:].strip() if bearer.lower().startswith("bearer ") else ""
+        if token and credentials.same(token, ctl.cfg.provisioner_token):  # as the API's reads
+            raise lc.Refused("forbidden", 403, "the provisioner token cannot read this")
         raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")
