@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.test_observe_controller import CONFIG, JOIN, READ, call
+from tests.integration.test_observe_controller import ADMIN, CONFIG, JOIN, READ, call
 from xce_controller.core.config import load_cluster_config
 from xce_controller.http.api import create_app
 from xce_controller.http.server import EmbeddedController
@@ -179,3 +179,19 @@ def test_a_bearer_or_cookie_with_non_ascii_bytes_is_refused_not_a_500(
         assert r.status_code == 200 and "sign in" in r.text, (r.status_code, r.text[:200])
     # The real token still reads.
     assert requests.get(ctl.url + "/v1/events", headers=READ, timeout=10).status_code == 200
+
+
+def test_a_refused_second_joins_boot_id_is_the_admins_to_see(ctl: EmbeddedController) -> None:
+    """Before: the refusal's text named the other boot, so readers saw a boot id in the
+    events, the host's `last_refusal` and its page."""
+    join = {"protocol": "1.3", "host": "bt1", "boot_id": "boot-one-1111"}
+    assert requests.post(ctl.url + "/v1/join", json=join, headers=JOIN, timeout=10).ok
+    again = {**join, "boot_id": "boot-two-2222"}
+    r = requests.post(ctl.url + "/v1/join", json=again, headers=JOIN, timeout=10)
+    assert r.status_code == 409, r.text
+    for path in ("/v1/events?host=bt1", "/v1/hosts/bt1", "/ui/hosts/bt1", "/v1/hosts"):
+        seen = requests.get(ctl.url + path, headers=READ, timeout=10)
+        assert seen.status_code == 200 and "refus" in seen.text, (path, seen.text)
+        assert "boot-two" not in seen.text and "boot-one" not in seen.text, path
+    admin = requests.get(ctl.url + "/v1/events?host=bt1", headers=ADMIN, timeout=10).text
+    assert "boot-two-2222" in admin  # the admin still learns which boot tried

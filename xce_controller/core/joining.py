@@ -114,13 +114,17 @@ def join(
     _check_identity(cluster, record, req, now)
     same_boot = bool(req.boot_id) and req.boot_id == record.boot_id
     if shown is Proof.JOIN_TOKEN and record.incarnation > 0 and not same_boot:
-        detail = f"second join with the join token from boot {req.boot_id[:64] or '-'}"
+        # The boot that tried is in its own field, the admin's to see (http/events.py):
+        # readers must not learn boot ids, which a join token turns into a takeover.
+        detail = "second join with the join token from another boot"
+        refusal = _refusal(now, req.name, record, "already_joined", detail, req.peer)
+        refusal.data["boot_id"] = req.boot_id[:64]
         raise Refused(
             "already_joined",
             409,
             f"host {record.name} (instance {record.instance_id or '-'}) already joined; a "
             "rejoin must carry its host credential",
-            record=[_refusal(now, req.name, record, "already_joined", detail, req.peer)],
+            record=[refusal],
             host=record.name,
             instance_id=record.instance_id,
         )
