@@ -195,3 +195,29 @@ def test_a_refused_second_joins_boot_id_is_the_admins_to_see(ctl: EmbeddedContro
         assert "boot-two" not in seen.text and "boot-one" not in seen.text, path
     admin = requests.get(ctl.url + "/v1/events?host=bt1", headers=ADMIN, timeout=10).text
     assert "boot-two-2222" in admin  # the admin still learns which boot tried
+
+
+def test_the_last_report_of_a_decommissioned_host_shows_no_boot_id(
+    ctl: EmbeddedController,
+) -> None:
+    """Before: the report `to-return` and the host's record show carried the agent's boot id
+    (to readers too), which the API shows no one."""
+    call(ctl, "post", "/v1/expected", {"instance_id": "i-tr", "template": "default"})
+    join = {"protocol": "1.3", "host": "tr1", "instance_id": "i-tr", "boot_id": "boot-tr-3333"}
+    joined = requests.post(ctl.url + "/v1/join", json=join, headers=JOIN, timeout=10).json()
+    call(ctl, "post", "/v1/hosts/tr1/decommission", {"reason": "done"})
+    report = {
+        "protocol": "1.3",
+        "instance_id": "i-tr",
+        "boot_id": "boot-tr-3333",
+        "agent_state": "decommissioned",
+        "components": [{"name": "xce-worker", "state": "stopped", "pid": 0, "restarts": 0}],
+    }
+    bearer = {"Authorization": f"Bearer {joined['credential']}"}
+    r = requests.post(ctl.url + "/v1/hosts/tr1/heartbeat", json=report, headers=bearer, timeout=10)
+    assert r.status_code == 410, r.text
+    for path in ("/v1/to-return", "/v1/hosts/tr1", "/v1/hosts?all=true"):
+        for who in (READ, ADMIN):
+            seen = requests.get(ctl.url + path, headers=who, timeout=10)
+            assert seen.status_code == 200 and '"stopped"' in seen.text, (path, seen.text)
+            assert "boot-tr" not in seen.text, (path, seen.text)
