@@ -8,6 +8,8 @@ the read-only endpoints (observe.py), the status page (ui.py) and the API's view
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import Request
 
 from xce_controller.core import credentials
@@ -44,6 +46,13 @@ def viewer_role(ctl: Controller, request: Request, authorization: str | None) ->
     if authorization and authorization.lower().startswith("bearer "):
         return role_of(ctl, authorization[7:].strip())
     return store(request).role(request.cookies.get(COOKIE, ""), viewer_tokens(ctl))
+
+
+def still_viewing(ctl: Controller, request: Request, role: str) -> Callable[[], bool]:
+    """Whether the caller of a stream still views as `role`: a changed token, an ended or
+    expired session ends its stream too, not only its next request."""
+    authorization = request.headers.get("authorization")
+    return lambda: viewer_role(ctl, request, authorization) == role
 
 
 def signed_in(ctl: Controller, request: Request, authorization: str | None) -> bool:
