@@ -139,9 +139,7 @@ def test_open_streams_end_when_their_token_changes_or_their_session_ends(
     """Before: a follower's stream went on after its token was changed (a leaked read token
     replaced) or its session signed out, sending every new fact for as long as it stayed."""
     cookie = login(ctl, "r3ad").cookies["xce_session"]
-    bearer = requests.get(
-        ctl.url + "/v1/events?follow=true", headers=READ, stream=True, timeout=10
-    )
+    bearer = requests.get(ctl.url + "/v1/events?follow=true", headers=READ, stream=True, timeout=10)
     page_stream = requests.get(
         ctl.url + "/ui/events", cookies={"xce_session": cookie}, stream=True, timeout=10
     )

@@ -195,9 +195,8 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
         if not role:
             raise lc.Refused("unauthorized", 401, "sign in at /ui/login")
         since = max(since, _resume_id(last_event_id))
-        allowed = still_viewing(ctl, request, role)
         return StreamingResponse(
-            _sse(hub, since, host, role == "admin", allowed),
+            _sse(hub, since, host, role == "admin", still_viewing(ctl, request, role)),
             media_type="text/event-stream",
             headers=HEADERS,
         )
