@@ -146,3 +146,15 @@ def test_a_name_that_is_another_records_instance_or_address_is_ambiguous(
         f"host:{joined_as}",
     }
     assert all(h.state is not HostState.DECOMMISSIONED for h in ctl.cluster.hosts.values())
+
+
+def test_a_decommissioned_hosts_agent_is_told_so_when_its_name_is_expected_again() -> None:
+    """Before: 401 unauthorized (its join was matched to the new expected record), so it kept
+    trying instead of stopping for good."""
+    w = World()
+    credential = w.join("n1", boot="old")
+    w.decommission("host:n1")
+    w.expect("i-2", "n1", token=TOKEN)
+    refused = w.refused("n1", token=credential, boot="old")
+    assert (refused.status, refused.kind) == (410, "decommissioned")
+    assert w.join("n1", "i-2", token=TOKEN)  # the new instance still joins under the name

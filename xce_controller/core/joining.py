@@ -80,7 +80,17 @@ def record_for(cluster: Cluster, req: JoinRequest) -> Host | None:
         found = cluster.by_instance(req.instance_id)
         if found is not None:
             return found
-    return _expected_match(cluster, req) or cluster.by_name(req.name)
+    before = cluster.by_name(req.name)
+    if before is not None and before.state in TERMINAL and _holds_credential(before, req.token):
+        # A decommissioned host's agent whose name a new instance is expected under: its
+        # credential says which record it is, and it must hear 410, not the other's 401.
+        return before
+    return _expected_match(cluster, req) or before
+
+
+def _holds_credential(record: Host, token: str) -> bool:
+    hashes = (record.credential_hash, *record.past_credentials)
+    return bool(token) and any(credentials.matches(token, h) for h in hashes)
 
 
 def join(
