@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_joining import World
+from xce_controller.core import joining
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import load_cluster_config
 from xce_controller.core.model import AdminAction, HostState
@@ -158,3 +159,23 @@ def test_a_decommissioned_hosts_agent_is_told_so_when_its_name_is_expected_again
     refused = w.refused("n1", token=credential, boot="old")
     assert (refused.status, refused.kind) == (410, "decommissioned")
     assert w.join("n1", "i-2", token=TOKEN)  # the new instance still joins under the name
+
+
+@pytest.mark.parametrize("iid", ["", "i-old"])
+def test_a_decommissioned_hosts_agent_is_told_so_after_a_new_instance_took_its_name(
+    iid: str,
+) -> None:
+    """Before: its heartbeat and its join were answered 401 (the new host's record), so it
+    joined again and again instead of stopping for good."""
+    w = World()
+    if iid:
+        w.expect(iid, "n1")
+    credential = w.join("n1", iid, boot="old")
+    w.decommission(iid or "host:n1")
+    w.expect("i-2", "n1")
+    w.join("n1", "i-2", boot="new")
+    with pytest.raises(lc.Refused) as heartbeat:  # its agent names its instance, if any
+        joining.speaker(w.cluster, 0.0, "n1", credential, iid)
+    assert (heartbeat.value.status, heartbeat.value.kind) == (410, "decommissioned")
+    assert w.refused("n1", iid, token=credential, boot="old").status == 410
+    assert w.speak("n1", "not-a-credential") == "unknown_credential"

@@ -80,17 +80,23 @@ def record_for(cluster: Cluster, req: JoinRequest) -> Host | None:
         found = cluster.by_instance(req.instance_id)
         if found is not None:
             return found
-    before = cluster.by_name(req.name)
-    if before is not None and before.state in TERMINAL and _holds_credential(before, req.token):
-        # A decommissioned host's agent whose name a new instance is expected under: its
-        # credential says which record it is, and it must hear 410, not the other's 401.
-        return before
-    return _expected_match(cluster, req) or before
+    return (
+        gone(cluster, req.name, "", req.token)
+        or _expected_match(cluster, req)
+        or (cluster.by_name(req.name))
+    )
 
 
-def _holds_credential(record: Host, token: str) -> bool:
-    hashes = (record.credential_hash, *record.past_credentials)
-    return bool(token) and any(credentials.matches(token, h) for h in hashes)
+def gone(cluster: Cluster, name: str, instance_id: str, token: str) -> Host | None:
+    """The decommissioned (or returned) record that issued this credential, by its instance
+    id or its unprovisioned key: when a new instance took the name (expected or joined), the
+    old agent must still hear 410 and stop for good, not the new record's 401 (and go on
+    trying to join)."""
+    old = cluster.by_instance(instance_id) if instance_id else cluster.hosts.get(f"host:{name}")
+    if old is None or old.state not in TERMINAL or not token:
+        return None
+    hashes = (old.credential_hash, *old.past_credentials)
+    return old if any(credentials.matches(token, h) for h in hashes) else None
 
 
 def join(
@@ -326,7 +332,7 @@ def speaker(
         "unknown_credential", 401, f"no host {name[:80]} holds this credential: join again"
     )
     if host is None:
-        raise unknown
+        raise _gone_or(unknown, cluster, name, instance_id, token)
     facts: list[Fact] = []
     if worker and credentials.matches(token, host.worker_hash):
         pass  # the worker's credential of this join: its watch and job reports
@@ -334,14 +340,21 @@ def speaker(
         facts.append(fact("confirmed", now, name, key=host.key, code=Reason.CREDENTIAL_CONFIRMED))
     elif not credentials.matches(token, host.credential_hash):
         if not any(credentials.matches(token, past) for past in host.past_credentials):
-            raise unknown
+            raise _gone_or(unknown, cluster, name, instance_id, token)
         if host.state not in TERMINAL:
             raise stale(host, now, name, peer)
     if instance_id and instance_id != host.instance_id:
-        raise unknown
+        raise _gone_or(unknown, cluster, name, instance_id, token)
     if host.state in TERMINAL:
         raise decommissioned(host)
     return host, facts
+
+
+def _gone_or(
+    refusal: Refused, cluster: Cluster, name: str, instance_id: str, token: str
+) -> Refused:
+    old = gone(cluster, name, instance_id, token)
+    return decommissioned(old) if old is not None else refusal
 
 
 def renew(host: Host, now: float, sealed: str, boot_id: str = "", agent_version: str = "") -> Fact:
