@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.test_observe_controller import CONFIG, JOIN, READ, call
+from tests.integration.test_observe_controller import ADMIN, CONFIG, JOIN, READ, call
 from xce_controller.core.config import load_cluster_config
 from xce_controller.http.api import create_app
 from xce_controller.http.server import EmbeddedController
@@ -179,3 +179,45 @@ def test_a_bearer_or_cookie_with_non_ascii_bytes_is_refused_not_a_500(
         assert r.status_code == 200 and "sign in" in r.text, (r.status_code, r.text[:200])
     # The real token still reads.
     assert requests.get(ctl.url + "/v1/events", headers=READ, timeout=10).status_code == 200
+
+
+def test_a_refused_second_joins_boot_id_is_the_admins_to_see(ctl: EmbeddedController) -> None:
+    """Before: the refusal's text named the other boot, so readers saw a boot id in the
+    events, the host's `last_refusal` and its page."""
+    join = {"protocol": "1.3", "host": "bt1", "boot_id": "boot-one-1111"}
+    assert requests.post(ctl.url + "/v1/join", json=join, headers=JOIN, timeout=10).ok
+    again = {**join, "boot_id": "boot-two-2222"}
+    r = requests.post(ctl.url + "/v1/join", json=again, headers=JOIN, timeout=10)
+    assert r.status_code == 409, r.text
+    for path in ("/v1/events?host=bt1", "/v1/hosts/bt1", "/ui/hosts/bt1", "/v1/hosts"):
+        seen = requests.get(ctl.url + path, headers=READ, timeout=10)
+        assert seen.status_code == 200 and "refus" in seen.text, (path, seen.text)
+        assert "boot-two" not in seen.text and "boot-one" not in seen.text, path
+    admin = requests.get(ctl.url + "/v1/events?host=bt1", headers=ADMIN, timeout=10).text
+    assert "boot-two-2222" in admin  # the admin still learns which boot tried
+
+
+def test_the_last_report_of_a_decommissioned_host_shows_no_boot_id(
+    ctl: EmbeddedController,
+) -> None:
+    """Before: the report `to-return` and the host's record show carried the agent's boot id
+    (to readers too), which the API shows no one."""
+    call(ctl, "post", "/v1/expected", {"instance_id": "i-tr", "template": "default"})
+    join = {"protocol": "1.3", "host": "tr1", "instance_id": "i-tr", "boot_id": "boot-tr-3333"}
+    joined = requests.post(ctl.url + "/v1/join", json=join, headers=JOIN, timeout=10).json()
+    call(ctl, "post", "/v1/hosts/tr1/decommission", {"reason": "done"})
+    report = {
+        "protocol": "1.3",
+        "instance_id": "i-tr",
+        "boot_id": "boot-tr-3333",
+        "agent_state": "decommissioned",
+        "components": [{"name": "xce-worker", "state": "stopped", "pid": 0, "restarts": 0}],
+    }
+    bearer = {"Authorization": f"Bearer {joined['credential']}"}
+    r = requests.post(ctl.url + "/v1/hosts/tr1/heartbeat", json=report, headers=bearer, timeout=10)
+    assert r.status_code == 410, r.text
+    for path in ("/v1/to-return", "/v1/hosts/tr1", "/v1/hosts?all=true"):
+        for who in (READ, ADMIN):
+            seen = requests.get(ctl.url + path, headers=who, timeout=10)
+            assert seen.status_code == 200 and '"stopped"' in seen.text, (path, seen.text)
+            assert "boot-tr" not in seen.text, (path, seen.text)

@@ -131,3 +131,28 @@ def test_a_page_number_that_is_not_one_shows_the_first_page(ctl: EmbeddedControl
         assert shown.headers["content-type"].startswith("text/html") and "<table id=hosts>" in (
             shown.text
         )
+
+
+def test_open_streams_end_when_their_token_changes_or_their_session_ends(
+    ctl: EmbeddedController, tmp_path: Path
+) -> None:
+    """Before: a follower's stream went on after its token was changed (a leaked read token
+    replaced) or its session signed out, sending every new fact for as long as it stayed."""
+    cookie = login(ctl, "r3ad").cookies["xce_session"]
+    bearer = requests.get(ctl.url + "/v1/events?follow=true", headers=READ, stream=True, timeout=10)
+    page_stream = requests.get(
+        ctl.url + "/ui/events", cookies={"xce_session": cookie}, stream=True, timeout=10
+    )
+    assert bearer.status_code == page_stream.status_code == 200
+    requests.post(  # signs the page out
+        ctl.url + "/ui/logout", cookies={"xce_session": cookie}, allow_redirects=False, timeout=10
+    )
+    new = (tmp_path / "cluster.yaml").read_text().replace("r3ad", "r3ad-new")
+    (tmp_path / "cluster.yaml").write_text(new)
+    assert (
+        ctl.controller.reload_config(lambda: load_cluster_config(tmp_path / "cluster.yaml")) == []
+    )
+    call(ctl, "post", "/v1/jobs", {"command": ["true"], "host": "after-the-change"})
+    for stream in (bearer, page_stream):
+        text = b"".join(stream.iter_content(None)).decode()  # ends, rather than times out
+        assert "after-the-change" not in text

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_joining import World
+from xce_controller.core import joining
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import load_cluster_config
 from xce_controller.core.model import AdminAction, HostState
@@ -115,3 +116,66 @@ def test_the_agents_provider_reaches_an_expected_record_that_named_none() -> Non
     w.commit(lc.expect(w.cluster, w.cfg, 0.0, "p", "i-2", "default", "n2", provider="gcp"))
     w.join_with(lc.JoinRequest(name="n2", instance_id="i-2", provider="aws"))
     assert w.cluster.hosts["i-2"].provider == "gcp"  # the provisioner's word stands
+
+
+def test_a_name_expected_again_after_a_decommission_means_the_new_record(
+    ctl: Controller,
+) -> None:
+    """Before: `n1` meant the decommissioned record; the expected one could not be closed or
+    decommissioned by its name."""
+    ctl.join(join(ctl, "n1", "", ctl.cfg.join_token))
+    ctl.control("n1", AdminAction.DECOMMISSION, "admin")
+    expect(ctl, "i-2", name="n1", token=TOKEN)
+    assert ctl.find_host("n1").key == "i-2"
+    host = ctl.control("n1", AdminAction.DECOMMISSION, "admin", why="token leaked")
+    assert (host.key, host.state) == ("i-2", HostState.DECOMMISSIONED)
+
+
+@pytest.mark.parametrize("joined_as", ["i-0abc", "10.1.2.3"])
+def test_a_name_that_is_another_records_instance_or_address_is_ambiguous(
+    ctl: Controller, joined_as: str
+) -> None:
+    """Before: the host that joined under the name was taken (decommissioning it left the
+    expected instance, and its leaked token, alive)."""
+    expect(ctl, "i-0abc", address="10.1.2.3", token=TOKEN)
+    ctl.join(join(ctl, joined_as, "", ctl.cfg.join_token))
+    with pytest.raises(lc.Refused) as refused:
+        ctl.control(joined_as, AdminAction.DECOMMISSION, "admin")
+    assert (refused.value.status, refused.value.kind) == (409, "ambiguous")
+    assert {c["key"] for c in refused.value.details["candidates"]} == {
+        "i-0abc",
+        f"host:{joined_as}",
+    }
+    assert all(h.state is not HostState.DECOMMISSIONED for h in ctl.cluster.hosts.values())
+
+
+def test_a_decommissioned_hosts_agent_is_told_so_when_its_name_is_expected_again() -> None:
+    """Before: 401 unauthorized (its join was matched to the new expected record), so it kept
+    trying instead of stopping for good."""
+    w = World()
+    credential = w.join("n1", boot="old")
+    w.decommission("host:n1")
+    w.expect("i-2", "n1", token=TOKEN)
+    refused = w.refused("n1", token=credential, boot="old")
+    assert (refused.status, refused.kind) == (410, "decommissioned")
+    assert w.join("n1", "i-2", token=TOKEN)  # the new instance still joins under the name
+
+
+@pytest.mark.parametrize("iid", ["", "i-old"])
+def test_a_decommissioned_hosts_agent_is_told_so_after_a_new_instance_took_its_name(
+    iid: str,
+) -> None:
+    """Before: its heartbeat and its join were answered 401 (the new host's record), so it
+    joined again and again instead of stopping for good."""
+    w = World()
+    if iid:
+        w.expect(iid, "n1")
+    credential = w.join("n1", iid, boot="old")
+    w.decommission(iid or "host:n1")
+    w.expect("i-2", "n1")
+    w.join("n1", "i-2", boot="new")
+    with pytest.raises(lc.Refused) as heartbeat:  # its agent names its instance, if any
+        joining.speaker(w.cluster, 0.0, "n1", credential, iid)
+    assert (heartbeat.value.status, heartbeat.value.kind) == (410, "decommissioned")
+    assert w.refused("n1", iid, token=credential, boot="old").status == 410
+    assert w.speak("n1", "not-a-credential") == "unknown_credential"

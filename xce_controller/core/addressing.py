@@ -16,12 +16,17 @@ SHOWN = 10  # candidates listed in an ambiguous answer
 
 
 def candidates(cluster: Cluster, ref: str) -> list[Host]:
-    """Every record `ref` may mean, live ones first: by host name first (what admins use),
-    else by instance id, else by expected address."""
-    for found in (_by_name(cluster, ref), _by_instance(cluster, ref), _by_address(cluster, ref)):
+    """Every live record `ref` may mean, by host name, instance id or expected address alike
+    (a host may join under a name that is another record's instance id or address: taking
+    the name first decommissioned the wrong one); with none live, the one that left last, by
+    name first, else by instance id, else by expected address."""
+    groups = (_by_name(cluster, ref), _by_instance(cluster, ref), _by_address(cluster, ref))
+    live = {h.key: h for found in groups for h in found if h.state not in TERMINAL}
+    if live:
+        return list(live.values())
+    for found in groups:
         if found:
-            live = [h for h in found if h.state not in TERMINAL]
-            return live or _latest(found)
+            return _latest(found)
     return []
 
 

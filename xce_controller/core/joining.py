@@ -80,7 +80,23 @@ def record_for(cluster: Cluster, req: JoinRequest) -> Host | None:
         found = cluster.by_instance(req.instance_id)
         if found is not None:
             return found
-    return _expected_match(cluster, req) or cluster.by_name(req.name)
+    return (
+        gone(cluster, req.name, "", req.token)
+        or _expected_match(cluster, req)
+        or (cluster.by_name(req.name))
+    )
+
+
+def gone(cluster: Cluster, name: str, instance_id: str, token: str) -> Host | None:
+    """The decommissioned (or returned) record that issued this credential, by its instance
+    id or its unprovisioned key: when a new instance took the name (expected or joined), the
+    old agent must still hear 410 and stop for good, not the new record's 401 (and go on
+    trying to join)."""
+    old = cluster.by_instance(instance_id) if instance_id else cluster.hosts.get(f"host:{name}")
+    if old is None or old.state not in TERMINAL or not token:
+        return None
+    hashes = (old.credential_hash, *old.past_credentials)
+    return old if any(credentials.matches(token, h) for h in hashes) else None
 
 
 def join(
@@ -114,13 +130,17 @@ def join(
     _check_identity(cluster, record, req, now)
     same_boot = bool(req.boot_id) and req.boot_id == record.boot_id
     if shown is Proof.JOIN_TOKEN and record.incarnation > 0 and not same_boot:
-        detail = f"second join with the join token from boot {req.boot_id[:64] or '-'}"
+        # The boot that tried is in its own field, the admin's to see (http/events.py):
+        # readers must not learn boot ids, which a join token turns into a takeover.
+        detail = "second join with the join token from another boot"
+        refusal = _refusal(now, req.name, record, "already_joined", detail, req.peer)
+        refusal.data["boot_id"] = req.boot_id[:64]
         raise Refused(
             "already_joined",
             409,
             f"host {record.name} (instance {record.instance_id or '-'}) already joined; a "
             "rejoin must carry its host credential",
-            record=[_refusal(now, req.name, record, "already_joined", detail, req.peer)],
+            record=[refusal],
             host=record.name,
             instance_id=record.instance_id,
         )
@@ -312,7 +332,7 @@ def speaker(
         "unknown_credential", 401, f"no host {name[:80]} holds this credential: join again"
     )
     if host is None:
-        raise unknown
+        raise _gone_or(unknown, cluster, name, instance_id, token)
     facts: list[Fact] = []
     if worker and credentials.matches(token, host.worker_hash):
         pass  # the worker's credential of this join: its watch and job reports
@@ -320,14 +340,21 @@ def speaker(
         facts.append(fact("confirmed", now, name, key=host.key, code=Reason.CREDENTIAL_CONFIRMED))
     elif not credentials.matches(token, host.credential_hash):
         if not any(credentials.matches(token, past) for past in host.past_credentials):
-            raise unknown
+            raise _gone_or(unknown, cluster, name, instance_id, token)
         if host.state not in TERMINAL:
             raise stale(host, now, name, peer)
     if instance_id and instance_id != host.instance_id:
-        raise unknown
+        raise _gone_or(unknown, cluster, name, instance_id, token)
     if host.state in TERMINAL:
         raise decommissioned(host)
     return host, facts
+
+
+def _gone_or(
+    refusal: Refused, cluster: Cluster, name: str, instance_id: str, token: str
+) -> Refused:
+    old = gone(cluster, name, instance_id, token)
+    return decommissioned(old) if old is not None else refusal
 
 
 def renew(host: Host, now: float, sealed: str, boot_id: str = "", agent_version: str = "") -> Fact:

@@ -282,6 +282,10 @@ class Cluster:
         key = self.names.get(fold(name))
         if key is not None and self.hosts[key].state not in TERMINAL:
             return self.hosts[key]
+        # A new instance expected under a decommissioned host's name is the live one: before,
+        # the old record answered for the name and the expected one could not be reached.
+        for waiting in self.waiting_names.get(fold(name), {}):
+            return self.hosts[waiting]
         found = [h for h in self.hosts.values() if same_name(h.name, name)]  # never a key
         if not found:
             found = [

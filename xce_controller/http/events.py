@@ -9,7 +9,7 @@ number it saw misses nothing. Secrets in facts (token hashes) never leave.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,15 +181,19 @@ class EventHub:
         follow: bool,
         keepalive: float = KEEPALIVE,
         admin: bool = False,
+        allowed: Callable[[], bool] = lambda: True,
     ) -> AsyncIterator[dict[str, Any] | None]:
         """Event bodies after `since`; with `follow`, then each new one as it is committed,
-        and None after `keepalive` seconds of quiet."""
+        and None after `keepalive` seconds of quiet. The stream ends once `allowed()` says
+        its reader may no longer read (its token changed, its session ended)."""
         last, jobs = since, dict[int, str]()
         while True:
             seen = self.commits
             # A name's records can grow (a new incarnation joins): resolve on every page.
             keys = self.host_keys(host) if host else None
             events, last, more = self.read(last, keys, jobs)
+            if not allowed():
+                return
             for event in events:
                 yield event.to_json(self.ctl.cluster, admin)
             if more:

@@ -27,7 +27,9 @@ class TooLarge(HTTPException):
     so the API's error handler answers it (413, JSON) like any other refusal."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body of more than {limit} bytes: the limit is {limit}")
+        super().__init__(
+            413, f"request body of more than {limit} bytes: the limit is {limit} bytes"
+        )
 
 
 class BodyLimit:

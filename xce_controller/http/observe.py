@@ -19,7 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 from xce_controller.http.events import MAX_SEQ, EventHub
 from xce_controller.http.metrics import LatencyMiddleware, Metrics
 from xce_controller.http.schemas import ErrorBody
-from xce_controller.http.sessions import check_viewer
+from xce_controller.http.sessions import check_viewer, still_viewing
 from xce_controller.http.ui import install_ui
 from xce_controller.http.ui_sessions import Sessions
 from xce_controller.service import Controller
@@ -63,15 +63,18 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
         """Committed facts as newline-delimited JSON, oldest first; with `follow`, each new
         one as it is committed (an idle stream sends a blank line every 15 s)."""
         admin = by == "admin"  # boot ids are the admin's to see (events.ADMIN_ONLY)
-        return StreamingResponse(_ndjson(hub, since, host, follow, admin), media_type=NDJSON)
+        allowed = still_viewing(ctl, request, by)
+        return StreamingResponse(
+            _ndjson(hub, since, host, follow, admin, allowed), media_type=NDJSON
+        )
 
     install_ui(app, ctl, hub)
 
 
 async def _ndjson(
-    hub: EventHub, since: int, host: str, follow: bool, admin: bool
+    hub: EventHub, since: int, host: str, follow: bool, admin: bool, allowed: Callable[[], bool]
 ) -> AsyncIterator[bytes]:
-    async for body in hub.stream(since, host, follow, admin=admin):
+    async for body in hub.stream(since, host, follow, admin=admin, allowed=allowed):
         if body is None:
             yield b"\n"
             continue

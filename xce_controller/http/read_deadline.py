@@ -16,6 +16,7 @@ from Debian 12's uvicorn 0.17 on; only the methods all of them have are overridd
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -24,6 +25,9 @@ from typing import Any
 import h11
 from h11._state import MIGHT_SWITCH_PROTOCOL  # h11 has it, but not in its __all__
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from xce_protocol.protocol import PROTOCOL
+from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,9 @@ _REQUEST_READ = (
     MIGHT_SWITCH_PROTOCOL,
     h11.SWITCHED_PROTOCOL,
 )
+# A request's line and headers: h11 bounds them itself (16 KiB, uvicorn's default), httptools
+# does not (TimedHttpTools). A token, a cookie and a few headers need a few hundred bytes.
+MAX_HEAD = 64 * 1024
 PAUSED_LOOK = 1.0  # how often a deadline run out while the server does not read looks again
 LOG_EVERY = 10.0  # at most one line per this many seconds: a flood of drips is one line
 
@@ -165,7 +172,12 @@ def _httptools() -> type[asyncio.Protocol] | None:
         return None
 
     class TimedHttpTools(_ReadTimed, HttpToolsProtocol):
-        """httptools: a request starts at any byte and is read at its message end."""
+        """httptools: a request starts at any byte and is read at its message end. Its head
+        is bounded here (MAX_HEAD): httptools has no bound of its own, and uvicorn kept every
+        header line of a head that never ended (60 MB a connection in a second)."""
+
+        _head_open = False  # between a request's first byte and the end of its headers
+        _head_bytes = 0
 
         def data_received(self, data: bytes) -> None:
             # Any byte starts the deadline, not only a request's: httptools skips blank lines
@@ -173,16 +185,44 @@ def _httptools() -> type[asyncio.Protocol] | None:
             # timeout. A request completed by these bytes cancels it again.
             self._arm()
             super().data_received(data)
+            if self._head_open:  # these bytes did not end the head: all of them are head
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD and not self.transport.is_closing():
+                    self._head_open = False
+                    refuse_head(self.transport)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._arm()
+            self._head_open, self._head_bytes = True, 0
+
+        def on_headers_complete(self) -> None:
+            self._head_open = False
+            super().on_headers_complete()
 
         def on_message_complete(self) -> None:
             self._read_timer.cancel()
             super().on_message_complete()
 
     return TimedHttpTools
+
+
+def refuse_head(transport: asyncio.Transport) -> None:
+    """431 with the API's error shape, and the connection closed (the rest is not read)."""
+    body = json.dumps(
+        {
+            "error": "too_large",
+            "code": Reason.REFUSED_TOO_LARGE.value,
+            "message": f"request line and headers of more than {MAX_HEAD} bytes",
+            "protocol": PROTOCOL,
+        }
+    ).encode()
+    head = (
+        "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    transport.write(head.encode() + body)
+    transport.close()
 
 
 def protocol(

@@ -8,6 +8,8 @@ the read-only endpoints (observe.py), the status page (ui.py) and the API's view
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import Request
 
 from xce_controller.core import credentials
@@ -46,6 +48,13 @@ def viewer_role(ctl: Controller, request: Request, authorization: str | None) ->
     return store(request).role(request.cookies.get(COOKIE, ""), viewer_tokens(ctl))
 
 
+def still_viewing(ctl: Controller, request: Request, role: str) -> Callable[[], bool]:
+    """Whether the caller of a stream still views as `role`: a changed token, an ended or
+    expired session ends its stream too, not only its next request."""
+    authorization = request.headers.get("authorization")
+    return lambda: viewer_role(ctl, request, authorization) == role
+
+
 def signed_in(ctl: Controller, request: Request, authorization: str | None) -> bool:
     """The request carries a viewer's bearer token, or the page's session for one."""
     return bool(viewer_role(ctl, request, authorization))
@@ -54,4 +63,8 @@ def signed_in(ctl: Controller, request: Request, authorization: str | None) -> b
 def check_viewer(request: Request, authorization: str | None) -> None:
     ctl: Controller = request.app.state.controller
     if not signed_in(ctl, request, authorization):
+        bearer = authorization or ""
+        token = bearer[7:].strip() if bearer.lower().startswith("bearer ") else ""
+        if token and credentials.same(token, ctl.cfg.provisioner_token):  # as the API's reads
+            raise lc.Refused("forbidden", 403, "the provisioner token cannot read this")
         raise lc.Refused("unauthorized", 401, "admin or read-only token missing or wrong")

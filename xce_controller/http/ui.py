@@ -6,7 +6,7 @@ follows to refresh itself). Rendering is in ui_render; this module is the HTTP s
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from html import escape
 from typing import Any, Optional
 from urllib.parse import parse_qs
@@ -21,7 +21,14 @@ from xce_controller.core.model import Host
 from xce_controller.core.story import story
 from xce_controller.http import ui_render as r
 from xce_controller.http.events import MAX_SEQ, EventHub
-from xce_controller.http.sessions import COOKIE, role_of, signed_in, store, viewer_role
+from xce_controller.http.sessions import (
+    COOKIE,
+    role_of,
+    signed_in,
+    still_viewing,
+    store,
+    viewer_role,
+)
 from xce_controller.http.ui_chart import fleet_svg
 from xce_controller.http.ui_sessions import SESSION_TTL, same_origin
 from xce_controller.service import Controller
@@ -189,7 +196,9 @@ def install_ui(app: FastAPI, ctl: Controller, hub: EventHub) -> None:
             raise lc.Refused("unauthorized", 401, "sign in at /ui/login")
         since = max(since, _resume_id(last_event_id))
         return StreamingResponse(
-            _sse(hub, since, host, role == "admin"), media_type="text/event-stream", headers=HEADERS
+            _sse(hub, since, host, role == "admin", still_viewing(ctl, request, role)),
+            media_type="text/event-stream",
+            headers=HEADERS,
         )
 
 
@@ -205,9 +214,11 @@ async def _host_events(hub: EventHub, name: str) -> list[dict[str, Any]]:
     return [e async for e in hub.stream(0, name, follow=False) if e is not None]
 
 
-async def _sse(hub: EventHub, since: int, host: str, admin: bool) -> AsyncIterator[bytes]:
+async def _sse(
+    hub: EventHub, since: int, host: str, admin: bool, allowed: Callable[[], bool]
+) -> AsyncIterator[bytes]:
     yield b"retry: 2000\n\n"
-    async for body in hub.stream(since, host, follow=True, admin=admin):
+    async for body in hub.stream(since, host, follow=True, admin=admin, allowed=allowed):
         if body is None:
             yield b": keepalive\n\n"
         else:

@@ -60,7 +60,9 @@ def host_detail(ctl: Controller, host: Host) -> dict[str, Any]:
         data.pop(hidden)
     data["last_seen"] = ctl.seen.get(host.key)
     data["jobs_running"] = len(ctl.cluster.jobs_on(host.key))
-    data["report"] = ctl.reports.get(host.key)
+    report = ctl.reports.get(host.key)
+    # The agent's report carries its boot id too, which the API shows no one (HIDDEN).
+    data["report"] = {k: v for k, v in report.items() if k not in HIDDEN} if report else report
     template = ctl.cfg.templates.get(host.template)
     data["slots"] = template.slots if template is not None else None
     return dict(times_to_rfc3339(data))
