@@ -86,3 +86,32 @@ def test_a_restart_never_runs_beside_what_escaped(sandbox: Path, tmp_path: Path)
         assert not alive(escaped), f"the old worker's process runs beside the new: {beside}"
     finally:
         host.close()
+
+
+# A component (as root) that moves the agent into its own cgroup, then exits.
+CAPTOR = """\
+import os, time
+mine = open("/proc/self/cgroup").read().split("::", 1)[1].strip()
+with open(os.environ["CGROUP_MOUNT"] + mine + "/cgroup.procs", "w") as procs:
+    procs.write(str(os.getppid()))
+time.sleep(0.5)
+raise SystemExit(1)
+"""
+
+
+def test_a_component_that_moves_the_agent_into_its_cgroup_does_not_kill_it(
+    sandbox: Path, tmp_path: Path
+) -> None:
+    unit = sandbox / "unit"
+    unit.mkdir()
+    host = SandboxedAgent(tmp_path, unit, {"XCE_AGENT_CGROUP": str(unit)})
+    extra = f"stop_timeout: 2s\nenvironment: {{CGROUP_MOUNT: {ROOT}}}\n"
+    host.write({"worker": (CAPTOR, extra + "restart: {policy: always, delay: 0}")})
+    try:
+        host.start()
+        assert host.proc is not None
+        wait_for(lambda: host.log().count("starting -> running") >= 3 or host.proc.poll(), 20)
+        assert host.proc.poll() is None, "the agent was killed with its component's cgroup"
+        assert host.proc.pid in nt.procs(unit / "agent")
+    finally:
+        host.close()
