@@ -109,9 +109,10 @@ def test_a_component_that_moves_the_agent_into_its_cgroup_does_not_kill_it(
     host.write({"worker": (CAPTOR, extra + "restart: {policy: always, delay: 0}")})
     try:
         host.start()
-        assert host.proc is not None
-        wait_for(lambda: host.log().count("starting -> running") >= 3 or host.proc.poll(), 20)
-        assert host.proc.poll() is None, "the agent was killed with its component's cgroup"
-        assert host.proc.pid in nt.procs(unit / "agent")
+        agent = host.proc
+        assert agent is not None
+        wait_for(lambda: host.log().count("starting -> running") >= 3 or agent.poll(), 20)
+        assert agent.poll() is None, "the agent was killed with its component's cgroup"
+        assert agent.pid in nt.procs(unit / "agent")
     finally:
         host.close()
