@@ -43,7 +43,10 @@ def test_a_reload_during_the_decommission_stop_does_not_start_the_worker(
         assert agent.proc is not None
         agent.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "config reloaded" in agent.log(), timeout=10)
-        restarted = lambda: "-> running" in agent.log().split("config reloaded", 1)[1]  # noqa: E731
+
+        def restarted() -> bool:
+            return "-> running" in agent.log().split("config reloaded", 1)[1]
+
         wait_for(lambda: agent.worker().get("phase") == "stopped" or restarted(), timeout=20)
         assert not restarted(), "the decommissioned host's worker was started again"
         assert agent.worker().get("pid") in (None, first)
@@ -75,7 +78,10 @@ def test_an_agent_restarted_during_the_decommission_stop_with_a_changed_command(
         agent.config.write_text(agent.config.read_text().replace(str(script), f"{script}, -v"))
         agent.start()
         wait_for(lambda: "adopted running process" in agent.log(), timeout=20)
-        restarted = lambda: "-> running" in agent.log().split("adopted running", 1)[1]  # noqa: E731
+
+        def restarted() -> bool:
+            return "-> running" in agent.log().split("adopted running", 1)[1]
+
         wait_for(lambda: agent.worker().get("phase") == "stopped" or restarted(), timeout=20)
         assert not restarted(), "the decommissioned host's worker was started again"
         assert agent.worker().get("pid") in (None, first)
