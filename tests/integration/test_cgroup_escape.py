@@ -116,3 +116,21 @@ def test_a_component_that_moves_the_agent_into_its_cgroup_does_not_kill_it(
         assert agent.pid in nt.procs(unit / "agent")
     finally:
         host.close()
+
+
+def test_a_stop_without_an_agent_kills_what_escaped(sandbox: Path, tmp_path: Path) -> None:
+    """`systemctl stop xce-agent` leaves the components running; `xce-agent stop` then
+    stops them itself, and what escaped their cgroups with them."""
+    host, elsewhere = _agent(tmp_path, sandbox)
+    try:
+        host.start()
+        wait_for(lambda: host.running_pid("worker"))
+        wait_for(lambda: nt.procs(elsewhere), 10)
+        [escaped] = nt.procs(elsewhere)
+        host.detach()
+        stop = host.cli("stop", "--timeout", "20")
+        assert stop.returncode == 0, stop.stderr
+        assert "no agent was running" in stop.stdout
+        assert not alive(escaped), "a process of the stopped worker runs on"
+    finally:
+        host.close()
