@@ -217,7 +217,7 @@ class AgentState:
                 singletons=singleton_holds.from_json(data.get("singletons")),
                 starting=_intents(data.get("starting")),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, OverflowError) as exc:  # Overflow: a number past a float
             raise ValueError(f"malformed state: {exc}") from None
 
 

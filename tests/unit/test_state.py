@@ -36,8 +36,18 @@ def test_round_trip_and_mode_0600(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp file left
 
 
+HUGE = b"1" + b"0" * 400  # an integer no float holds: OverflowError, not ValueError
+
+
 @pytest.mark.parametrize(
-    "content", [b"{not json", b'{"version": 99, "lifecycle": "x"}', b"[]", b'{"version": 1}']
+    "content",
+    [
+        *(b"{not json", b'{"version": 99, "lifecycle": "x"}', b"[]", b'{"version": 1}'),
+        b'{"version": 1, "lifecycle": "running", "updated_at": ' + HUGE + b"}",
+        b'{"version": 1, "lifecycle": "running", "controller": {"since": ' + HUGE + b"}}",
+        b'{"version": 1, "lifecycle": "running", "tombstone": '
+        b'{"instance_id": "i-1", "reason": "r", "at": ' + HUGE + b"}}",
+    ],
 )
 def test_corrupt_state_is_moved_aside(
     tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
