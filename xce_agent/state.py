@@ -10,6 +10,7 @@ import contextlib
 import enum
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -194,7 +195,7 @@ class AgentState:
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise ValueError(f"expected a state of version {STATE_VERSION}")
         try:
-            agent = AgentRecord(**data["agent"]) if data.get("agent") else None
+            agent = _agent(data["agent"]) if data.get("agent") else None
             tomb = Tombstone(**data["tombstone"]) if data.get("tombstone") else None
             codes, limits = data.get("codes") or {}, data.get("limits") or {}
             comps = tuple(
@@ -221,7 +222,7 @@ class AgentState:
                 starting=_intents(data.get("starting")),
                 planned_stop=Draining.from_json(data.get("planned_stop")),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, OverflowError) as exc:  # Overflow: a number past a float
             raise ValueError(f"malformed state: {exc}") from None
 
 
@@ -273,6 +274,29 @@ def _named(data: Any) -> bool:
         return True
     log.warning("state: ignored a component record with an invalid name %.80r", name)
     return False
+
+
+def _agent(data: Any) -> AgentRecord | None:
+    """The recorded agent, or None when a field is not what it must be: a start time no
+    float holds, or a string, failed every later start in the live-agent check. Without it
+    the lock and the directory's socket (system/single_agent.py) still refuse a second agent."""
+    record = AgentRecord(**data)
+    ints = (record.pid, record.start_ticks)
+    typed = all(isinstance(v, int) and not isinstance(v, bool) for v in ints)
+    typed = typed and isinstance(record.boot_id, str) and isinstance(record.config, str)
+    if typed and all(_finite(v) for v in (*ints, record.create_time, record.started_at)):
+        return record
+    log.warning("state: ignored a malformed record of the agent %.120r", data)
+    return None
+
+
+def _finite(value: Any) -> bool:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _component(data: Any) -> ComponentRecord:

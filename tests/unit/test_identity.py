@@ -38,6 +38,13 @@ def test_json_round_trip_and_hostile_records() -> None:
     data = me.to_json()
     for key, bad in (("pid", "1"), ("pid", -1), ("start_ticks", 1.5), ("cmdline", "x")):
         assert ProcessIdentity.from_json({**data, key: bad}) is None
+    # Past what a pid or a signal can be: the os calls raise OverflowError, not OSError, and
+    # such a record made every start of the agent fail (a traceback, exit 1).
+    for key, bad in (("pid", 2**31), ("pid", 2**64), ("stop_signal", 10**6), ("stop_signal", 0)):
+        assert ProcessIdentity.from_json({**data, key: bad}) is None, (key, bad)
+    legacy = {"pid": os.getpid(), "cmdline": ["a"], "boot_id": me.boot_id}
+    for key, bad in (("pid", 2**31), ("create_time", float("inf")), ("create_time", float("nan"))):
+        assert ProcessIdentity.from_json({**legacy, "create_time": 1.0, key: bad}) is None
     assert ProcessIdentity.from_json({**data, "stop_timeout": float("nan")}) is None
     assert ProcessIdentity.from_json({**data, "stop_timeout": 1e300}) is None
 

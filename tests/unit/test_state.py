@@ -17,6 +17,7 @@ from xce_agent.operator.demo import install_hint
 from xce_agent.operator.status import render_status
 from xce_agent.operator.status_line import status_line
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
+from xce_agent.system import single_agent
 
 
 def sample() -> AgentState:
@@ -36,8 +37,18 @@ def test_round_trip_and_mode_0600(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temp file left
 
 
+HUGE = b"1" + b"0" * 400  # an integer no float holds: OverflowError, not ValueError
+
+
 @pytest.mark.parametrize(
-    "content", [b"{not json", b'{"version": 99, "lifecycle": "x"}', b"[]", b'{"version": 1}']
+    "content",
+    [
+        *(b"{not json", b'{"version": 99, "lifecycle": "x"}', b"[]", b'{"version": 1}'),
+        b'{"version": 1, "lifecycle": "running", "updated_at": ' + HUGE + b"}",
+        b'{"version": 1, "lifecycle": "running", "controller": {"since": ' + HUGE + b"}}",
+        b'{"version": 1, "lifecycle": "running", "tombstone": '
+        b'{"instance_id": "i-1", "reason": "r", "at": ' + HUGE + b"}}",
+    ],
 )
 def test_corrupt_state_is_moved_aside(
     tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
@@ -49,6 +60,24 @@ def test_corrupt_state_is_moved_aside(
     aside = [p.name for p in tmp_path.iterdir()]
     assert len(aside) == 1 and aside[0].startswith("state.json.corrupt-")
     assert "corrupt state moved aside" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "agent",
+    [
+        {"start_ticks": 10**400},  # the live-agent check divided it: OverflowError
+        {"create_time": "0", "start_ticks": "5"},  # TypeError there
+        {"boot_id": 3},
+        {"pid": True},
+    ],
+)
+def test_a_malformed_agent_record_is_ignored_not_fatal(agent: dict[str, object]) -> None:
+    record = {"pid": 1, "create_time": 0.0, "boot_id": "b", "started_at": 0.0, "config": ""}
+    data = {"version": 1, "lifecycle": "running", "agent": {**record, **agent}}
+    state = AgentState.from_json(data)
+    assert state.agent is None
+    assert not single_agent.live_agent(state.agent)
+    assert AgentState.from_json({**data, "agent": record}).agent is not None
 
 
 def test_status_read_does_not_move_a_corrupt_file(tmp_path: Path) -> None:

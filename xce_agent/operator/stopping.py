@@ -30,8 +30,10 @@ from xce_agent.operator.stop_notice import tell_controller
 from xce_agent.state import AgentState, ComponentRecord, Lifecycle, StateStore
 from xce_agent.supervision import scopes
 from xce_agent.supervision.cgroups import CgroupTree, cgroup2_mount
+from xce_agent.supervision.escapes import kill_marked
 from xce_agent.supervision.identity import ProcessIdentity, mismatch
 from xce_agent.supervision.machine import Phase
+from xce_agent.supervision.process import carries_marks
 from xce_agent.system import single_agent
 from xce_protocol.errors import XceError
 
@@ -145,6 +147,10 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
             if tree is not None and tree.populated(name):
                 tree.kill(name)  # a component no record names: nothing of it may stay
                 stopped.append(name)
+        owner = str(config.state_directory.resolve())
+        for name in sorted({c.name for c in state.components}) if tree is not None else ():
+            if _kill_escaped(name, owner):
+                stopped.append(name)
         left = _wait_all_gone(state, tree, 5.0)
         comps = tuple(
             replace(c, phase=Phase.STOPPED.value, pid=None, identity=None, since=time.time())
@@ -161,6 +167,11 @@ def _stop_leftovers(config: AgentConfig, store: StateStore, state: AgentState) -
     if not stopped:
         return "nothing to stop: no agent and no recorded component is running"
     return f"no agent was running; stopped {', '.join(sorted(set(stopped)))}"
+
+
+def _kill_escaped(name: str, owner: str) -> int:
+    """What moved itself out of the component's cgroup goes with it (escapes.py)."""
+    return kill_marked(lambda pid: carries_marks(pid, name, owner))
 
 
 def _wait_all_gone(state: AgentState, tree: CgroupTree | None, timeout: float) -> list[str]:

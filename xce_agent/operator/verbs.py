@@ -214,7 +214,10 @@ class Operator:
             sup.add(fenced(spec))
             self._start_added(spec)
         for spec in plan.restarted:
-            sup.replace(fenced(spec), "config reloaded: its command or settings changed")
+            if self._refuse_start(spec):  # its decommission stop may still be under way
+                sup.update(fenced(spec))
+            else:
+                sup.replace(fenced(spec), "config reloaded: its command or settings changed")
         for spec in plan.updated:
             sup.update(fenced(spec))
         ignored = [

@@ -210,6 +210,12 @@ class CgroupTree:
 
     def kill(self, name: str) -> None:
         """SIGKILL every process of the component's cgroups, including ones forked meanwhile."""
+        if self.contains(name, os.getpid()):
+            # A component running as root may have moved the agent into its own cgroup: the
+            # kill would take the agent with it (and outside systemd nothing starts it again).
+            log.warning("%s: the agent was moved into its cgroup: moving back first", name)
+            with contextlib.suppress(OSError):
+                self.enter_agent_leaf()
         for leaf in self.leaves(name):
             _kill(leaf)
 

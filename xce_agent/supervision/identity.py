@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -18,6 +20,9 @@ from xce_agent.supervision.boot import boot_id, boot_time, same_boot
 from xce_agent.supervision.spec import STOP_SIGNAL, STOP_TIMEOUT
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# The kernel's PID_MAX_LIMIT: no pid is larger, and the os calls raise OverflowError (not
+# OSError) for a pid past a C int, which made every later start of the agent fail.
+PID_MAX = 1 << 22
 _DELETED = " (deleted)"  # readlink of /proc/PID/exe once a package upgrade replaced the file
 
 
@@ -111,13 +116,15 @@ class ProcessIdentity:
             return None
         if not (isinstance(exe, str) and isinstance(cmdline, list) and isinstance(command, list)):
             return None
-        if not (isinstance(digest, str) and isinstance(cgroup, str)) or pid <= 0:
+        if not (isinstance(digest, str) and isinstance(cgroup, str)) or not 0 < pid <= PID_MAX:
             return None
         stop_signal, stop_timeout = (
             data.get("stop_signal", STOP_SIGNAL),
             data.get("stop_timeout", STOP_TIMEOUT),
         )
         if not isinstance(stop_signal, int) or not isinstance(stop_timeout, (int, float)):
+            return None
+        if not 0 < stop_signal < signal.NSIG or ticks < 0:
             return None
         if not 0.0 <= float(stop_timeout) <= 7 * 86400.0:  # NaN fails this too
             return None
@@ -147,7 +154,9 @@ class ProcessIdentity:
         """
         pid, created = data.get("pid"), data.get("create_time")
         command, boot = data.get("cmdline"), data.get("boot_id")
-        if not (isinstance(pid, int) and isinstance(created, (int, float))) or pid <= 0:
+        if not (isinstance(pid, int) and isinstance(created, (int, float))):
+            return None
+        if not 0 < pid <= PID_MAX or not math.isfinite(created):
             return None
         if not (isinstance(command, list) and isinstance(boot, str)):
             return None

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from xce_agent.supervision import status_file as component_status
 from xce_agent.supervision.boot import boot_id
 from xce_agent.supervision.cgroups import CgroupTree
+from xce_agent.supervision.escapes import kill_marked
 from xce_agent.supervision.identity import (
     ProcessIdentity,
     current,
@@ -327,16 +328,27 @@ class ProcessRunner:
         """`signum` to the process group of `pid`; SIGKILL takes the whole cgroup when contained."""
         if name and self.cgroups is not None and signum == signal.SIGKILL:
             self.cgroups.kill(name)
+            self._kill_escaped(name)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signum)
 
     def kill_leftovers(self, name: str) -> int:
-        """SIGKILL whatever is still in the component's cgroup; how many there were."""
-        if self.cgroups is None or not self.cgroups.populated(name):
+        """SIGKILL whatever is still in the component's cgroup, or left it; how many."""
+        if self.cgroups is None:
             return 0
-        count = len(self.cgroups.pids(name))
-        self.cgroups.kill(name)
-        return count
+        count = len(self.cgroups.pids(name)) if self.cgroups.populated(name) else 0
+        if count:
+            self.cgroups.kill(name)
+        return count + self._kill_escaped(name)
+
+    def _kill_escaped(self, name: str) -> int:
+        """Processes started as `name` that moved out of its cgroups (escapes.py)."""
+        if not self.owner:  # the marks would not tell this agent's components from another's
+            return 0
+        escaped = kill_marked(lambda pid: carries_marks(pid, name, self.owner))
+        if escaped:
+            log.warning("%s: killed %d of its processes outside its cgroup", name, escaped)
+        return escaped
 
     def contained_alive(self, name: str) -> bool:
         """Something still runs in the component's cgroup (always False without cgroups)."""

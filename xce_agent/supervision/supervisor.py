@@ -102,6 +102,7 @@ class Supervisor:
         self.on_change = on_change
         self.on_decommission_exit = on_decommission_exit
         self.retiring: set[str] = set()  # removed from the config, stopping to the end
+        self.closing = False  # stop_all: the agent stops every component, then itself
         self.notes: dict[str, str] = {}  # the last thing an operator should know, per component
         self._rand = rand
         self._probe = probe
@@ -147,6 +148,9 @@ class Supervisor:
     ) -> None:
         if name in self.retiring:
             return  # removed from the config: it only stops
+        if self.closing:
+            log.info("%s: not started (%s): the agent is stopping", name, reason)
+            return
         if self.gate is not None and name in self.gate and not self.gate.holds(name):
             self.gate.want(name, reason)  # a singleton starts once its lease is held
             return
@@ -165,6 +169,9 @@ class Supervisor:
         self.post(name, m.Stop(reason, code))
 
     def stop_all(self, reason: str = "requested") -> None:
+        """The agent's last stop: nothing starts again (a reload, `xce-agent restart`, a
+        confirmation answered meanwhile would otherwise start a component after its stop)."""
+        self.closing = True
         for name in list(self.specs):
             self.stop(name, reason)
 
