@@ -45,6 +45,22 @@ def peer(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
+HEARTBEAT = "/v1/hosts/{name}/heartbeat"
+
+
+async def heartbeat_answer(
+    ctl: Controller, name: str, body: HeartbeatBody, token: str, peer: str
+) -> dict[str, Any]:
+    """The heartbeat's decision and answer, for the route and for the fast path (fast.py)
+    alike. A coroutine, so a Controller method that comes to wait stays one change here."""
+    report = dump(body, exclude={"renew"})
+    host = ctl.reporting_host(name, body.instance_id, token, peer, report)
+    if not body.renew:
+        return agent_answer(ctl, ctl.heartbeat(host, report))
+    host, secret = ctl.renew(ctl.heartbeat(host, report), body.boot_id, body.agent_version)
+    return {**agent_answer(ctl, host), "credential": secret, "incarnation": host.incarnation}
+
+
 def install(api: FastAPI, ctl: Controller) -> None:
     """Add this resource's routes to the app (on the app itself: FastAPI's included routers
     hide their routes from the metrics' and errors' route lookup on newer releases)."""
@@ -109,18 +125,13 @@ def install(api: FastAPI, ctl: Controller) -> None:
             "reason": record.reason,
         }
 
-    @api.post("/v1/hosts/{name}/heartbeat", response_model=HostAnswer, responses=ERRORS)
+    @api.post(HEARTBEAT, response_model=HostAnswer, responses=ERRORS)
     async def heartbeat(
         request: Request, name: str, body: HeartbeatBody, credential: Bearer = HOST_CREDENTIAL
     ) -> dict[str, Any]:
-        report = dump(body, exclude={"renew"})
-        host = ctl.reporting_host(
-            name, body.instance_id, token_of(credential), peer(request), report
-        )
-        if not body.renew:
-            return agent_answer(ctl, ctl.heartbeat(host, report))
-        host, secret = ctl.renew(ctl.heartbeat(host, report), body.boot_id, body.agent_version)
-        return {**agent_answer(ctl, host), "credential": secret, "incarnation": host.incarnation}
+        # Served by fast.py in front of FastAPI; this route declares it (OpenAPI) and answers
+        # what the fast path hands on (a body it does not take as is: errors, other types).
+        return await heartbeat_answer(ctl, name, body, token_of(credential), peer(request))
 
     @api.post("/v1/hosts/{name}/notice", response_model=HostAnswer, responses=ERRORS)
     async def notice(
