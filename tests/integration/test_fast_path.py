@@ -44,8 +44,12 @@ def ctl(tmp_path: Path) -> Iterator[EmbeddedController]:
     embedded.stop()
 
 
+def app_of(ctl: EmbeddedController) -> Any:
+    return ctl.server.config.app
+
+
 def served(ctl: EmbeddedController) -> Served:
-    state: Served = ctl.server.config.app.state.fast_path
+    state: Served = app_of(ctl).state.fast_path
     return state
 
 
@@ -219,7 +223,77 @@ def test_metrics_count_the_fast_path_as_the_route(ctl: EmbeddedController) -> No
 def test_the_fast_path_is_the_route_the_router_would_pick(ctl: EmbeddedController) -> None:
     """No route declared before the heartbeat's takes its requests: the fast path answers
     the requests FastAPI would route to it, and only those."""
-    app = ctl.server.config.app
-    scope = {"type": "http", "method": "POST", "path": "/v1/hosts/h1/heartbeat", "root_path": ""}
-    first = next(r for r in app.routes if r.matches(scope)[0] is Match.FULL)
-    assert getattr(first, "path", None) == "/v1/hosts/{name}/heartbeat"
+    routes = app_of(ctl).routes
+    for method, path in (("POST", "heartbeat"), ("GET", "watch")):
+        scope = {"type": "http", "method": method, "path": f"/v1/hosts/h1/{path}", "root_path": ""}
+        first = next(r for r in routes if r.matches(scope)[0] is Match.FULL)
+        assert getattr(first, "path", None) == "/v1/hosts/{name}/" + path
+
+
+def watch(
+    ctl: EmbeddedController, name: str, query: str, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    answer = requests.get(f"{ctl.url}/v1/hosts/{name}/watch?{query}", headers=headers, timeout=10)
+    kept = {k.lower(): v for k, v in answer.headers.items() if k.lower() not in VARYING}
+    return answer.status_code, kept, answer.content
+
+
+def test_the_fast_path_watches_as_the_route_does(ctl: EmbeddedController) -> None:
+    """Each watch is answered at once (`since` below the host's version, or no wait):
+    FastAPI's answer and the fast path's, byte for byte."""
+    joined = join(ctl, "h1")
+    h1, worker = joined["credential"], joined["worker_credential"]
+    gone = join(ctl, "gone")["credential"]
+    requests.post(
+        ctl.url + "/v1/hosts/gone/decommission",
+        json={"drain_timeout": 0},
+        headers={"Authorization": "Bearer adm1n-t0ken"},
+        timeout=10,
+    ).raise_for_status()
+    requests.post(  # a job for h1: the answer lists it
+        ctl.url + "/v1/jobs",
+        json={"command": "sleep 1", "slots": 1},
+        headers={"Authorization": "Bearer adm1n-t0ken"},
+        timeout=10,
+    )
+    auth = {"Authorization": f"Bearer {h1}"}
+    cases: list[tuple[str, str, dict[str, str], bool]] = [
+        ("h1", "since=0&timeout=0", auth, True),
+        ("h1", "since=0", auth, True),
+        ("h1", "", auth, True),
+        ("h1", "timeout=0&since=00", auth, True),
+        ("h1", "since=0&timeout=1.5&instance_id=i-h1", auth, True),
+        ("h1", "since=0&timeout=300&instance_id=", auth, True),
+        ("h1", "since=0&timeout=0", {"Authorization": f"Bearer {worker}"}, True),
+        ("h1", "since=0&timeout=0&instance_id=i-other", auth, True),
+        ("h1", "since=0&timeout=0", {}, True),
+        ("h1", "since=0&timeout=0", {"Authorization": "Bearer wrong"}, True),
+        ("nobody", "since=0&timeout=0", auth, True),
+        ("gone", "since=0&timeout=0", {"Authorization": f"Bearer {gone}"}, True),
+        # Read by FastAPI: invalid, repeated, escaped or unknown parameters.
+        ("h1", "since=-1", auth, False),
+        ("h1", "since=abc", auth, False),
+        ("h1", "since=1.5", auth, False),
+        ("h1", "since=", auth, False),
+        ("h1", "since=0&timeout=301", auth, False),
+        ("h1", "since=0&timeout=300.5", auth, False),
+        ("h1", "since=0&timeout=-1", auth, False),
+        ("h1", "since=0&timeout=nan", auth, False),
+        ("h1", "since=0&since=1&timeout=0", auth, False),
+        ("h1", "since=0&timeout=0&instance_id=" + "i" * 254, auth, False),
+        ("h1", "since=0&timeout=0&instance_id=i%20h1", auth, False),
+        ("h1", "since=0&timeout=0&instance_id=i+h1", auth, False),
+        ("h1", "since=0&timeout=0&other=1", auth, False),
+        ("h1", "since&timeout=0", auth, False),
+    ]
+    state = served(ctl)
+    for name, query, headers, fast_served in cases:
+        state.enabled = False
+        route = watch(ctl, name, query, headers)
+        state.enabled = True
+        before = state.answered
+        fast = watch(ctl, name, query, headers)
+        what = f"{name} {query} {headers}"
+        assert fast == route, what
+        assert state.answered - before == (1 if fast_served else 0), what
+    assert watch(ctl, "h1", "since=0&timeout=0", auth)[0] == 200
