@@ -38,7 +38,8 @@ def _with_lifespan(ctl: Controller, **options: Any) -> FastAPI:
     parameters = inspect.signature(FastAPI.__init__).parameters
     if "telemetry" in parameters:
         # FastAPI's own OpenTelemetry (newer releases) looks up the global providers on every
-        # request, about a tenth of a heartbeat's CPU; the controller's metrics are its own.
+        # request, environment lookups included (seen in a heartbeat's profile); the
+        # controller's metrics are its own.
         options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
     if "lifespan" in parameters:
         return FastAPI(lifespan=lifespan, **options)
