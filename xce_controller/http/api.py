@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from xce_controller.http import observe as observe_api
 from xce_controller.http.auth import viewer
 from xce_controller.http.errors import install_errors
+from xce_controller.http.fast import FastPath, Served
 from xce_controller.http.limits import BodyLimit
 from xce_controller.http.routes import agents, health, hosts, jobs, leases, power, provisioning
 from xce_controller.service import Controller
@@ -34,7 +35,13 @@ def _with_lifespan(ctl: Controller, **options: Any) -> FastAPI:
         yield
         await ctl.stop()
 
-    if "lifespan" in inspect.signature(FastAPI.__init__).parameters:
+    parameters = inspect.signature(FastAPI.__init__).parameters
+    if "telemetry" in parameters:
+        # FastAPI's own OpenTelemetry (newer releases) looks up the global providers on every
+        # request, environment lookups included (seen in a heartbeat's profile); the
+        # controller's metrics are its own.
+        options["telemetry"] = {"tracing": False, "metrics": False, "logs": False}
+    if "lifespan" in parameters:
         return FastAPI(lifespan=lifespan, **options)
     app = FastAPI(**options)
     app.router.lifespan_context = lifespan
@@ -50,6 +57,9 @@ def create_app(ctl: Controller) -> FastAPI:
     )
 
     app.state.controller = ctl
+    # First added, so innermost: inside the body limit and the latency metrics.
+    app.state.fast_path = Served()
+    app.add_middleware(FastPath, api=app, ctl=ctl, served=app.state.fast_path)
     observe_api.install(app, ctl, viewer)
     app.add_middleware(BodyLimit, limit=lambda: ctl.cfg.max_request_body, protocol=PROTOCOL)
 

@@ -27,32 +27,44 @@ def _allowed(app: FastAPI, path: str) -> list[str]:
     return sorted(methods)
 
 
+STORAGE_CODE = Reason.REFUSED_STORAGE_UNAVAILABLE.value
+
+
+def refusal_answer(exc: lc.Refused) -> JSONResponse:
+    """A refusal's answer (its count is the caller's): the handler's and the fast path's."""
+    body = {
+        "error": exc.kind,
+        "code": exc.code.value,
+        "message": exc.message,
+        "protocol": PROTOCOL,
+        **exc.details,
+    }
+    return JSONResponse(body, status_code=exc.status)
+
+
+def storage_answer(exc: StorageUnavailable) -> JSONResponse:
+    """A storage outage's answer (its count is the caller's, as STORAGE_CODE)."""
+    body = {
+        "error": "storage_unavailable",
+        "code": STORAGE_CODE,
+        "message": f"the controller cannot store changes: {exc.cause}; nothing was changed",
+        "protocol": PROTOCOL,
+    }
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+
+
 def install_errors(app: FastAPI) -> None:
     """Answer every error of `app` in the API's shape."""
 
     @app.exception_handler(lc.Refused)
     async def refused(request: Request, exc: lc.Refused) -> JSONResponse:
         observe_api.refused(request, exc.code.value)
-        body = {
-            "error": exc.kind,
-            "code": exc.code.value,
-            "message": exc.message,
-            "protocol": PROTOCOL,
-            **exc.details,
-        }
-        return JSONResponse(body, status_code=exc.status)
+        return refusal_answer(exc)
 
     @app.exception_handler(StorageUnavailable)
     async def storage(request: Request, exc: StorageUnavailable) -> JSONResponse:
-        code = Reason.REFUSED_STORAGE_UNAVAILABLE.value
-        observe_api.refused(request, code)
-        body = {
-            "error": "storage_unavailable",
-            "code": code,
-            "message": f"the controller cannot store changes: {exc.cause}; nothing was changed",
-            "protocol": PROTOCOL,
-        }
-        return JSONResponse(body, status_code=503, headers={"Retry-After": "5"})
+        observe_api.refused(request, STORAGE_CODE)
+        return storage_answer(exc)
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:

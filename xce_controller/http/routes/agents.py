@@ -45,6 +45,38 @@ def peer(request: Request) -> str:
     return request.client.host if request.client else ""
 
 
+HEARTBEAT = "/v1/hosts/{name}/heartbeat"
+WATCH = "/v1/hosts/{name}/watch"
+
+
+async def heartbeat_answer(
+    ctl: Controller, name: str, body: HeartbeatBody, token: str, peer: str
+) -> dict[str, Any]:
+    """The heartbeat's decision and answer, for the route and for the fast path (fast.py)
+    alike. A coroutine, so a Controller method that comes to wait stays one change here."""
+    report = dump(body, exclude={"renew"})
+    host = ctl.reporting_host(name, body.instance_id, token, peer, report)
+    if not body.renew:
+        return agent_answer(ctl, ctl.heartbeat(host, report))
+    host, secret = ctl.renew(ctl.heartbeat(host, report), body.boot_id, body.agent_version)
+    return {**agent_answer(ctl, host), "credential": secret, "incarnation": host.incarnation}
+
+
+async def watch_answer(
+    ctl: Controller, name: str, since: int, timeout: float, instance_id: str, token: str, peer: str
+) -> dict[str, Any]:
+    """The watch's wait and answer, for the route and for the fast path (fast.py) alike."""
+    host = ctl.agent_host(name, instance_id, token, peer, True)
+    host = await ctl.watch(host, since, timeout)
+    if host.state in TERMINAL:
+        raise lc.decommissioned(host)
+    jobs = [job_view(ctl, j) for j in ctl.cluster.watched_jobs(host.key)]
+    # Built from the views the model declares, answered without the model's validation:
+    # a burst of watches ending together (watch_expiry.py) costs each as little as it can.
+    body = {**agent_answer(ctl, host), "credential": None, "incarnation": None}
+    return {**body, "jobs": jobs}
+
+
 def install(api: FastAPI, ctl: Controller) -> None:
     """Add this resource's routes to the app (on the app itself: FastAPI's included routers
     hide their routes from the metrics' and errors' route lookup on newer releases)."""
@@ -109,18 +141,13 @@ def install(api: FastAPI, ctl: Controller) -> None:
             "reason": record.reason,
         }
 
-    @api.post("/v1/hosts/{name}/heartbeat", response_model=HostAnswer, responses=ERRORS)
+    @api.post(HEARTBEAT, response_model=HostAnswer, responses=ERRORS)
     async def heartbeat(
         request: Request, name: str, body: HeartbeatBody, credential: Bearer = HOST_CREDENTIAL
     ) -> dict[str, Any]:
-        report = dump(body, exclude={"renew"})
-        host = ctl.reporting_host(
-            name, body.instance_id, token_of(credential), peer(request), report
-        )
-        if not body.renew:
-            return agent_answer(ctl, ctl.heartbeat(host, report))
-        host, secret = ctl.renew(ctl.heartbeat(host, report), body.boot_id, body.agent_version)
-        return {**agent_answer(ctl, host), "credential": secret, "incarnation": host.incarnation}
+        # Served by fast.py in front of FastAPI; this route declares it (OpenAPI) and answers
+        # what the fast path hands on (a body it does not take as is: errors, other types).
+        return await heartbeat_answer(ctl, name, body, token_of(credential), peer(request))
 
     @api.post("/v1/hosts/{name}/notice", response_model=HostAnswer, responses=ERRORS)
     async def notice(
@@ -133,7 +160,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
             raise lc.Refused("bad_request", 422, str(exc)) from None
         return agent_answer(ctl, ctl.notice(host, received))
 
-    @api.get("/v1/hosts/{name}/watch", response_model=WatchAnswer, responses=ERRORS)
+    @api.get(WATCH, response_model=WatchAnswer, responses=ERRORS)
     async def watch(
         request: Request,
         name: str,
@@ -143,15 +170,10 @@ def install(api: FastAPI, ctl: Controller) -> None:
         credential: Bearer = HOST_CREDENTIAL,
         worker: Bearer = WORKER_CREDENTIAL,
     ) -> Response:
-        host = ctl.agent_host(name, instance_id, token_of(credential), peer(request), True)
-        host = await ctl.watch(host, since, timeout)
-        if host.state in TERMINAL:
-            raise lc.decommissioned(host)
-        jobs = [job_view(ctl, j) for j in ctl.cluster.watched_jobs(host.key)]
-        # Built from the views the model declares, answered without the model's validation:
-        # a burst of watches ending together (watch_expiry.py) costs each as little as it can.
-        body = {**agent_answer(ctl, host), "credential": None, "incarnation": None}
-        return JSONResponse({**body, "jobs": jobs})
+        # Served by fast.py too, for the queries it reads as this route does.
+        token = token_of(credential)
+        answer = await watch_answer(ctl, name, since, timeout, instance_id, token, peer(request))
+        return JSONResponse(answer)
 
     @api.post("/v1/hosts/{name}/jobs/{job_id}/{event}", response_model=JobBody, responses=ERRORS)
     async def job_event(
