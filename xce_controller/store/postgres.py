@@ -64,6 +64,15 @@ MIGRATE_LOCK = 0x7863650002
 CHANNEL = "xce_facts"
 MARKER = ""  # the `seen` row that dates the table itself
 CONNECT_TIMEOUT = 5.0
+# A replica stopped (SIGSTOP, a paused VM) inside a transaction would hold the append lock,
+# and so every other replica's change, until it runs again: the server ends a session idle in
+# its transaction this long (rolled back; the stopped replica finds its connection gone and
+# answers 503, its change never stored). Far above any pause between a transaction's
+# statements, which are sent back to back.
+IDLE_IN_TRANSACTION = "5s"
+# A wait for a lock past this fails the change (503, retried) instead of hanging; above the
+# idle timeout, so a stopped holder is cut by the server first and nobody else times out.
+LOCK_TIMEOUT = "15s"
 
 
 class PgStore:
@@ -86,6 +95,7 @@ class PgStore:
             # request grows the pool at once), so writes resume within ~2 s of the promotion.
             reconnect_timeout=CONNECT_TIMEOUT,
             kwargs={"autocommit": True},  # transactions are explicit, isolation level too
+            configure=_configure,
             open=False,
         )
         self.pool.open(wait=True, timeout=CONNECT_TIMEOUT)
@@ -469,6 +479,15 @@ class Listener:
                 if head is not None or time.monotonic() - last >= self.poll:
                     last = time.monotonic()
                     self.told(head)
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Each pooled connection's bounds on a transaction left open or a lock waited for."""
+    conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+        (IDLE_IN_TRANSACTION,),
+    )
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
 
 
 def _one(cur: psycopg.Cursor[Any]) -> int:
