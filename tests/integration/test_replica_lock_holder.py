@@ -30,8 +30,10 @@ QUIET = CONFIG.replace("host_loss_grace: 4s", "host_loss_grace: 10m")
 BOUND = 20.0  # the server's idle timeout is 5 s; the rest is margin for a loaded machine
 
 
-def _sessions(conn: psycopg.Connection[tuple[object, ...]], sql: str) -> list[tuple[object, ...]]:
-    return conn.execute(sql).fetchall()
+def _sessions(
+    conn: psycopg.Connection[tuple[object, ...]], sql: str, params: tuple[object, ...] = ()
+) -> list[tuple[object, ...]]:
+    return conn.execute(sql, params).fetchall()
 
 
 def test_a_replica_stopped_holding_the_append_lock_stalls_no_other(
@@ -69,8 +71,10 @@ def test_a_replica_stopped_holding_the_append_lock_stalls_no_other(
         os.kill(pid, signal.SIGSTOP)
         stopped = True
         holder.execute("COMMIT")  # the lock goes to a's session; a is stopped
-        idle = f"SELECT 1 FROM pg_stat_activity WHERE pid = {a_backend} AND state = 'idle in transaction'"  # noqa: S608
-        wait_for(lambda: _sessions(watcher, idle), 30)  # a's session holds the lock, stopped
+        idle = "SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND pid = %s"
+        wait_for(
+            lambda: _sessions(watcher, idle, (a_backend,)), 30
+        )  # a's session holds the lock, stopped
         began = time.monotonic()
         on_b = threading.Thread(target=decide, args=(b, "b"))
         on_b.start()
