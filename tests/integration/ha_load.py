@@ -49,8 +49,12 @@ class Outcome:
 
     def summary(self) -> str:
         lat = [x * 1000 for x in self.samples.latency]
+        pairs = zip(self.samples.due, self.samples.latency)
+        before = [x * 1000 for due, x in pairs if due < self.fault_at]
         return (
             f"{self.hosts} hosts, {len(lat)} heartbeats ({self.samples.errors} errors), "
+            f"before the fault p50 {percentile(before, 50):.1f} ms, "
+            f"p99 {percentile(before, 99):.1f} ms; all: "
             f"p50 {percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms, "
             f"max {max(lat, default=0):.0f} ms; worst second after the fault "
             f"{self.worst_after * 1000:.0f} ms, back under {TARGET * 1000:.0f} ms in "
