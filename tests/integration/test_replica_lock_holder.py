@@ -43,12 +43,12 @@ def test_a_replica_stopped_holding_the_append_lock_stalls_no_other(
     a, b = replicas.urls
     pid = replicas[0].proc.pid  # type: ignore[union-attr]
     stopped = False
+    holder = psycopg.connect(pg_dsn, autocommit=True)
+    watcher = psycopg.connect(pg_dsn, autocommit=True)
     try:
         for name in ("h0", "h1"):
             assert call(b, "POST", "/v1/join", {"host": name}, JOIN_TOKEN).status_code == 200
         assert call(a, "GET", "/v1/hosts/h0").status_code == 200  # a has caught up
-        holder = psycopg.connect(pg_dsn, autocommit=True)
-        watcher = psycopg.connect(pg_dsn, autocommit=True)
         holder.execute("BEGIN")
         holder.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
         answers: dict[str, int] = {}
@@ -94,8 +94,6 @@ def test_a_replica_stopped_holding_the_append_lock_stalls_no_other(
                  or again[-1] != 503, 30)  # fmt: skip
         assert again[-1] == 409, again
         assert call(a, "POST", "/v1/hosts/h1/decommission", {}).status_code == 200
-        holder.close()
-        watcher.close()
         store = open_store(pg_dsn)
         try:
             log = store.facts()
@@ -107,4 +105,6 @@ def test_a_replica_stopped_holding_the_append_lock_stalls_no_other(
     finally:
         if stopped:
             os.kill(pid, signal.SIGCONT)
+        holder.close()
+        watcher.close()
         replicas.stop()
