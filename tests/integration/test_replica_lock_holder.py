@@ -90,8 +90,12 @@ def test_a_replica_stopped_holding_the_append_lock_stalls_no_other(
         # a serves again, on the state b left (a 503 meanwhile: its ended connection was
         # taken for the database away, until its probe reached the database again).
         again: list[int] = []
-        wait_for(lambda: again.append(call(a, "POST", "/v1/hosts/h0/decommission", {}).status_code)
-                 or again[-1] != 503, 30)  # fmt: skip
+
+        def answered() -> bool:
+            again.append(call(a, "POST", "/v1/hosts/h0/decommission", {}).status_code)
+            return again[-1] != 503
+
+        wait_for(answered, 30)
         assert again[-1] == 409, again
         assert call(a, "POST", "/v1/hosts/h1/decommission", {}).status_code == 200
         store = open_store(pg_dsn)
