@@ -16,11 +16,12 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from typing import Any, Protocol, cast
 
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
-from xce_controller.store.base import SharedStore, Store
+from xce_controller.store.base import SharedStore, StorageUnavailable, Store
 
 log = logging.getLogger(__name__)
 POLL = 1.0  # seconds between reads of the log's head when no NOTIFY came
@@ -82,6 +83,19 @@ class Replica:
         self.applied += len(facts)
         self._told(facts, touched)
         return len(facts)
+
+    def rewind(self, mark: tuple[int, int], catch_up: bool = True) -> None:
+        """A change not stored (refused as stale, or the database away) taken back in the
+        entries it touched, then what the others appended applied: the cost is the change's
+        and the new facts', not the cluster's. The whole reload stays the fallback."""
+        try:
+            self.ctl.cluster.rewind(mark)
+        except Exception:  # a bug in the journal: the stored state is the truth
+            log.exception("rewind failed; reloading the stored state")
+            self.dirty = True
+        if catch_up:
+            with suppress(StorageUnavailable):  # the next catch-up (before any decision) tries
+                self.catch_up()
 
     def reload(self) -> None:
         """The whole state read again (after a stale change): every changed host is woken."""

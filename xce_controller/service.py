@@ -136,7 +136,7 @@ class Controller:
     def commit(self, facts: list[Fact]) -> set[str]:
         """Apply facts and what they make due, persist all of it in one transaction, then
         wake watchers and reset timers; returns the touched hosts. On a storage failure
-        nothing is applied (the state is reloaded) and StorageUnavailable is raised."""
+        nothing is applied (taken back, or the state reloaded) and StorageUnavailable is raised."""
         if not facts:
             # Nothing decided: nothing to store. Among replicas an empty commit would still be
             # refused as stale when another replica appended meanwhile, and a request's second
@@ -147,6 +147,9 @@ class Controller:
         jobs: set[int] = set()
         done: list[Fact] = []
         after = self.cluster.version if self.store.shared else None
+        # Among replicas the change is recorded as made, so that a refusal takes back only
+        # what it touched (then the facts appended since are applied), never a whole reload.
+        mark = self.cluster.mark() if self.replica is not None else None
         try:
             for _ in range(64):  # settling always converges; the bound guards a bug
                 if not facts:
@@ -165,19 +168,27 @@ class Controller:
                 self.replica.commits += 1
                 self.replica.commit_seconds += time.monotonic() - began
         except StaleState:  # decided on an old state: nothing stored, the caller decides again
-            assert self.replica is not None
+            assert self.replica is not None and mark is not None
             self.replica.stale += 1
-            self.replica.reload()
+            self.replica.rewind(mark)
             raise
         except StorageUnavailable as exc:
             self.storage_errors += 1
             self._storage_failed(exc.cause)
-            self._reload()
+            if mark is not None:
+                # Stored or not (a connection lost at COMMIT), the state at the mark is the
+                # log's up to it: the next catch-up reads the commit back if it happened.
+                assert self.replica is not None
+                self.replica.rewind(mark, catch_up=False)
+            else:
+                self._reload()
             raise
         except Exception:
             log.exception("commit failed; reloading the stored state")
+            self.cluster.journal = None
             self._reload()
             raise
+        self.cluster.journal = None  # stored: nothing to take back
         if self.storage_down:
             log.warning("storage writes resumed")
             self.storage_down = ""

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import requests
+
 from bench.controller_load import raise_fd_limit
-from bench.ha_rig import Database, Replicas, Spread, config, run_loop
+from bench.ha_rig import ADMIN_TOKEN, Database, Replicas, Spread, config, run_loop
 from bench.loadgen import Samples
 from bench.stats import percentile
 from tests.integration.helpers import wait_for
@@ -41,16 +43,24 @@ class Outcome:
     decommissions: list[str]  # hosts drained or decommissioned
     not_open: dict[str, str]  # host -> state, as stored after the run
     moves: int  # heartbeat connections that moved to another replica
+    # Summed over the replicas alive at the end (their /metrics): the heartbeat table found
+    # begun anew (a failover met), changes refused as stale, whole-state reloads.
+    counters: dict[str, float]
 
     def summary(self) -> str:
         lat = [x * 1000 for x in self.samples.latency]
+        pairs = zip(self.samples.due, self.samples.latency)
+        before = [x * 1000 for due, x in pairs if due < self.fault_at]
         return (
             f"{self.hosts} hosts, {len(lat)} heartbeats ({self.samples.errors} errors), "
+            f"before the fault p50 {percentile(before, 50):.1f} ms, "
+            f"p99 {percentile(before, 99):.1f} ms; all: "
             f"p50 {percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms, "
             f"max {max(lat, default=0):.0f} ms; worst second after the fault "
             f"{self.worst_after * 1000:.0f} ms, back under {TARGET * 1000:.0f} ms in "
             f"{self.recovered_in:.1f} s; lost {len(self.lost)}, decommissions "
-            f"{len(self.decommissions)}, moved {self.moves}"
+            f"{len(self.decommissions)}, moved {self.moves}; replicas: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(self.counters.items()))
         )
 
 
@@ -105,10 +115,33 @@ async def _load(db: Database, replicas: Replicas, hosts: int, fault: str, after:
     samples = await spread.heartbeats(range(hosts), INTERVAL, BEFORE + after, seed=7)
     await struck
     moves = spread.moves()
+    counters = await asyncio.to_thread(_counters, replicas)
     failed = [t - began for t in spread.failures if t >= began]
     spread.close()
     recovery = _recovery(samples, failed, fault_at)
-    return Outcome(hosts, samples, fault_at, *recovery, [], [], {}, moves)
+    return Outcome(hosts, samples, fault_at, *recovery, [], [], {}, moves, counters)
+
+
+COUNTERS = ("liveness_restarts", "stale_changes", "reloads")
+
+
+def _counters(replicas: Replicas) -> dict[str, float]:
+    total = dict.fromkeys(COUNTERS, 0.0)
+    for port in replicas.ports:
+        try:
+            answer = requests.get(
+                f"http://127.0.0.1:{port}/metrics",
+                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                timeout=10,
+            )
+            answer.raise_for_status()
+        except requests.RequestException:
+            continue  # the replica killed
+        for line in answer.text.splitlines():
+            for name in COUNTERS:
+                if line.startswith(f"xce_controller_replica_{name}_total "):
+                    total[name] += float(line.split()[-1])
+    return total
 
 
 def _recovery(samples: Samples, failed: list[float], fault_at: float) -> tuple[float, float]:
@@ -151,4 +184,5 @@ def _judged(db: Database, outcome: Outcome) -> Outcome:
         drains + gone,
         not_open,
         outcome.moves,
+        outcome.counters,
     )

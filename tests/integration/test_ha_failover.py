@@ -38,5 +38,6 @@ def test_a_failover_under_heartbeats_loses_no_host_and_recovers_within_60s(
     if fault == "replica":
         assert outcome.moves >= HOSTS // 3 * 0.9  # the dead replica's hosts went elsewhere
     else:
-        # The outage was met: heartbeats failed or waited for the new primary.
-        assert outcome.samples.errors or outcome.worst_after >= ha_load.TARGET
+        # The outage was met: every replica found the heartbeat table begun anew on the new
+        # primary (heartbeats themselves answer from memory while the primary is away).
+        assert outcome.counters["liveness_restarts"] >= 3, outcome.summary()

@@ -234,9 +234,46 @@ class Cluster:
     waiting_names: dict[str, dict[str, None]] = field(default_factory=dict)
     waiting_addresses: dict[str, dict[str, None]] = field(default_factory=dict)
     instances: dict[str, str] = field(default_factory=dict)  # instance id -> latest key
+    # While a list, every change made records how to take it back (rewind): a replica's
+    # change refused as stale is undone in the entries it touched, not by reading everything.
+    journal: list[tuple[Any, Any, Any]] | None = None
+
+    def mark(self) -> tuple[int, int]:
+        """Start recording changes; rewind(mark) takes back everything done since."""
+        self.journal = []
+        return self.version, self.next_job
+
+    def rewind(self, mark: tuple[int, int]) -> None:
+        """Undo every change recorded since mark(), newest first, and stop recording."""
+        journal, self.journal = self.journal or [], None
+        for where, key, old in reversed(journal):
+            if isinstance(where, set):
+                (where.add if old else where.discard)(key)
+            elif old is _MISSING:
+                where.pop(key, None)
+            else:
+                where[key] = old
+        self.version, self.next_job = mark
+
+    def _keep(self, where: dict[Any, Any], key: Any) -> None:
+        """Record an entry before it changes (an inner set or dict copied: it is changed in
+        place)."""
+        assert self.journal is not None
+        old = where.get(key, _MISSING)
+        if isinstance(old, (set, dict)):
+            old = old.copy()
+        self.journal.append((where, key, old))
 
     def put_host(self, host: Host) -> None:
         old = self.hosts.get(host.key)
+        if self.journal is not None:
+            self._keep(self.hosts, host.key)
+            self._keep(self.names, fold(host.name))
+            self._keep(self.instances, host.instance_id)
+            for h in (old, host):
+                if h is not None:
+                    self._keep(self.waiting_names, fold(h.expected_name))
+                    self._keep(self.waiting_addresses, h.expected_address)
         if old is not None and _waiting(old):
             _unindex(self.waiting_names, fold(old.expected_name), old.key)
             _unindex(self.waiting_addresses, old.expected_address, old.key)
@@ -263,6 +300,13 @@ class Cluster:
     def put_job(self, job: Job) -> None:
         """Store a job and keep the per-host index of active jobs current."""
         old = self.jobs.get(job.id)
+        if self.journal is not None:
+            self._keep(self.jobs, job.id)
+            self.journal.append((self.pending, job.id, job.id in self.pending))
+            for where in (self.active, self.killed):
+                self._keep(where, job.assigned)
+                if old is not None:
+                    self._keep(where, old.assigned)
         if old is not None and old.assigned:
             was = self.active.get(old.assigned)
             if was is not None:
@@ -311,6 +355,9 @@ class Cluster:
             for key in self.waiting_addresses.get(address, {}):
                 return self.hosts[key]
         return None
+
+
+_MISSING = object()  # a journal's "there was no entry"
 
 
 def fold(name: str) -> str:

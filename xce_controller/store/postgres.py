@@ -37,6 +37,7 @@ from xce_controller.store.base import (
     StaleState,
     StorageUnavailable,
 )
+from xce_controller.store.pg_background import Beats, Outage
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,15 @@ MIGRATE_LOCK = 0x7863650002
 CHANNEL = "xce_facts"
 MARKER = ""  # the `seen` row that dates the table itself
 CONNECT_TIMEOUT = 5.0
+# A replica stopped (SIGSTOP, a paused VM) inside a transaction would hold the append lock,
+# and so every other replica's change, until it runs again: the server ends a session idle in
+# its transaction this long (rolled back; the stopped replica finds its connection gone and
+# answers 503, its change never stored). Far above any pause between a transaction's
+# statements, which are sent back to back.
+IDLE_IN_TRANSACTION = "5s"
+# A wait for a lock past this fails the change (503, retried) instead of hanging; above the
+# idle timeout, so a stopped holder is cut by the server first and nobody else times out.
+LOCK_TIMEOUT = "15s"
 
 
 class PgStore:
@@ -86,14 +96,17 @@ class PgStore:
             # request grows the pool at once), so writes resume within ~2 s of the promotion.
             reconnect_timeout=CONNECT_TIMEOUT,
             kwargs={"autocommit": True},  # transactions are explicit, isolation level too
+            configure=_configure,
             open=False,
         )
         self.pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+        self.outage = Outage(self._probe)
         try:
             self.version = self._schema(migrate, explicit)
         except BaseException:
             self.pool.close()
             raise
+        self.beats = Beats(self._write_seen)
 
     # --- schema -------------------------------------------------------------------------
     def _schema(self, migrate: bool, explicit: bool) -> int:
@@ -129,10 +142,17 @@ class PgStore:
 
     # --- plumbing -----------------------------------------------------------------------
     @contextmanager
-    def _tx(self, read_only: bool = False) -> Iterator[psycopg.Cursor[Any]]:
-        """One transaction; any database failure as StorageUnavailable after rollback."""
+    def _tx(self, read_only: bool = False, alone: bool = False) -> Iterator[psycopg.Cursor[Any]]:
+        """One transaction; any database failure as StorageUnavailable after rollback. While
+        the database is known unreachable, at once (pg_background.Outage)."""
+        if self.outage.cause:
+            raise StorageUnavailable(self.outage.cause)
         try:
             with self.pool.connection() as conn:
+                if alone:  # one statement: its own snapshot, one round trip (no BEGIN/END)
+                    with conn.cursor() as cur:
+                        yield cur
+                    return
                 if read_only:
                     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     try:
@@ -145,14 +165,26 @@ class PgStore:
                 with conn.transaction(), conn.cursor() as cur:
                     yield cur
         except psycopg.Error as exc:
+            if _unreachable(exc):
+                self.outage.begin(_why(exc))
             raise StorageUnavailable(_why(exc)) from exc
         except Exception as exc:  # the pool's own timeout: no connection could be had
             if type(exc).__module__.startswith("psycopg_pool"):
+                self.outage.begin(f"no database connection: {exc}")
                 raise StorageUnavailable(f"no database connection: {exc}") from exc
             raise
 
+    def _probe(self) -> None:
+        """From the outage's thread: raises while the database is unreachable. Once it is
+        back, the pool drops the connections the outage broke, so no call meets one."""
+        psycopg.connect(self.conninfo, connect_timeout=int(CONNECT_TIMEOUT)).close()
+        with suppress(Exception):
+            self.pool.check()
+
     def _rows(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
-        with self._tx(read_only=True) as cur:
+        """One reading statement. A replica catches up before each request (a heartbeat
+        too): one round trip for it, where a transaction around it took three."""
+        with self._tx(alone=True) as cur:
             cur.execute(sql, params)
             return cur.fetchall()
 
@@ -336,13 +368,31 @@ class PgStore:
                 [(k, at) for k, at in seen.items() if k != MARKER],
             )
 
+    def _write_seen(self, seen: dict[str, float]) -> None:
+        """Heartbeat times in one statement, whatever their number (pg_background.Beats)."""
+        keys = [k for k in seen if k != MARKER]
+        with self._tx() as cur:
+            cur.execute(
+                "INSERT INTO seen (key, at) SELECT * FROM unnest(%s::text[], %s::float8[]) "
+                "ON CONFLICT (key) DO UPDATE SET at = GREATEST(seen.at, EXCLUDED.at)",
+                (keys, [seen[k] for k in keys]),
+            )
+
     def beat(self, key: str, at: float) -> None:
-        """One host heard from: an UPDATE of an unlogged row, no fact and no NOTIFY."""
-        self.save_seen({key: at})
+        """One host heard from: kept in memory and written with the others heard in the same
+        half second, by a thread (an unlogged row each, no fact and no NOTIFY). Never waits
+        for the database, never fails."""
+        self.beats.beat(key, at)
 
     def seen_of(self, keys: Iterable[str]) -> dict[str, float]:
-        rows = self._rows("SELECT key, at FROM seen WHERE key = ANY(%s)", (sorted(keys),))
-        return {str(k): float(at) for k, at in rows}
+        wanted = sorted(keys)
+        rows = self._rows("SELECT key, at FROM seen WHERE key = ANY(%s)", (wanted,))
+        seen = {str(k): float(at) for k, at in rows}
+        pending = self.beats.pending()
+        for key in wanted:  # heard here, not written yet
+            if pending.get(key, 0.0) > seen.get(key, 0.0):
+                seen[key] = pending[key]
+        return seen
 
     def liveness_since(self) -> float:
         """When the heartbeat table last started empty (database clock): a crash or a
@@ -415,6 +465,8 @@ class PgStore:
         return Listener(self.conninfo, told, poll)
 
     def close(self) -> None:
+        self.beats.stop()
+        self.outage.close()
         self.pool.close()
 
 
@@ -469,6 +521,24 @@ class Listener:
                 if head is not None or time.monotonic() - last >= self.poll:
                     last = time.monotonic()
                     self.told(head)
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Each pooled connection's bounds on a transaction left open or a lock waited for."""
+    conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+        (IDLE_IN_TRANSACTION,),
+    )
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
+
+
+def _unreachable(exc: psycopg.Error) -> bool:
+    """The database could not be reached or went away (no server answer, a connection
+    exception, the server shutting down), as against a refusal of the statement itself."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 def _one(cur: psycopg.Cursor[Any]) -> int:
