@@ -5,13 +5,18 @@ Before the request, the replica applies what the others appended (one indexed re
 log past its version). A commit decided on an older log is refused by the store (StaleState),
 nothing of it stored; the request is then run again on the caught-up state, from its
 buffered body, up to RETRIES times, and answered 503 (retry) past that. Only a request whose
-answer has not started can be run again; a refusal comes before any answer.
+answer has not started can be run again; a refusal comes before any answer. After the first
+tries, each waits a random while (up to a bound that doubles): replicas racing on every
+change (a burst of joins over all of them) otherwise overtake one another in lockstep until
+one runs out of tries.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import random
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -26,6 +31,16 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 RETRIES = 20
+IMMEDIATE = 2  # tries run again at once; each later one first waits up to backoff(n)
+BACKOFF_FIRST = 0.005
+BACKOFF_MAX = 0.2
+
+
+def backoff(attempt: int) -> float:
+    """The bound of the random wait before try `attempt` (0-based): 0 for the first ones."""
+    if attempt < IMMEDIATE:
+        return 0.0
+    return float(min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (attempt - IMMEDIATE)))
 
 
 class CatchUp:
@@ -38,7 +53,10 @@ class CatchUp:
             await self.app(scope, receive, send)
             return
         body = await _buffered(receive)
-        for _ in range(RETRIES + 1):
+        for attempt in range(RETRIES + 1):
+            bound = backoff(attempt)
+            if bound:
+                await asyncio.sleep(random.uniform(0, bound))  # noqa: S311 (jitter, no secret)
             if await self._attempt(scope, list(body), receive, send):
                 return
         await _busy(send)
