@@ -52,8 +52,8 @@ $(BENCH_VENV)/bin/supervisord: | system-deps
 bench: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m bench --readme README.md
 
-# Every bench section at tiny sizes, asserting each one runs and prints its table (about a
-# minute on two cores; `make test` runs it too).
+# Every bench section at tiny sizes, asserting each one runs and prints its table (under two
+# minutes on two cores; `make test` runs it too).
 bench-quick: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m pytest -q tests/integration/test_bench_quick.py
 

@@ -115,7 +115,7 @@ def run(section: str, args: argparse.Namespace) -> str:
     if section == "provisioner-idle":
         from bench import provisioner_idle
 
-        return provisioner_idle.run(passes=args.passes or (600 if quick else 3600))
+        return provisioner_idle.run(passes=args.passes or (200 if quick else 3600))
     from bench import ha_soak
 
     if quick:
