@@ -7,6 +7,7 @@ marker is an error before the run, not a table silently left stale.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,47 @@ def test_the_repository_readme_has_the_markers_of_every_bench_section() -> None:
     """`make bench` checks them before it runs; this keeps them from being edited away."""
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     readme.check(text, [*SECTIONS, "never-two"])
+
+
+def test_a_run_rewrites_the_tables_it_printed_and_keeps_the_skipped_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bench.__main__ as cli
+    from bench import Skipped
+
+    def run(section: str, args: object) -> str:
+        if section == "leases":
+            raise Skipped("needs what this machine lacks")
+        return "Output flood, today\nrow  1.0 ms"
+
+    target = tmp_path / "README.md"
+    target.write_text(README)
+    monkeypatch.setattr(cli, "run", run)
+    monkeypatch.setattr(sys, "argv", ["bench", "flood", "leases", "--readme", str(target)])
+    cli.main()
+    out = target.read_text()
+    printed = capsys.readouterr().out
+    assert "leases: skipped (needs what this machine lacks)" in printed
+    assert "old leases" in out and "old row 1" not in out
+    body = between(out, "<!-- bench:flood -->\n```\n", "```\n<!-- /bench:flood -->")
+    header, table = body.split("\n", 1)
+    assert header.startswith("python -m bench, ") and "commit " in header
+    assert "load average " in header and " at its end" in header
+    assert table == "Output flood, today\nrow  1.0 ms\n"
+
+
+def test_a_missing_marker_fails_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bench.__main__ as cli
+
+    def run(section: str, args: object) -> str:
+        raise AssertionError("ran before the markers were checked")
+
+    target = tmp_path / "README.md"
+    target.write_text(README)
+    monkeypatch.setattr(cli, "run", run)
+    monkeypatch.setattr(sys, "argv", ["bench", "ha", "--readme", str(target)])
+    with pytest.raises(readme.MarkerError, match="bench:ha"):
+        cli.main()
+    assert target.read_text() == README
