@@ -146,7 +146,8 @@ def main() -> None:
         print(flush=True)
     if target is not None:
         target.write_text(readme.replace(target.read_text(), blocks))
-        print(f"bench: {target}: {', '.join(blocks) or 'no'} tables replaced", file=sys.stderr)
+        done = ", ".join(blocks) or "none"
+        print(f"bench: {target}: the tables replaced: {done}", file=sys.stderr)
 
 
 if __name__ == "__main__":
