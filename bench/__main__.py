@@ -32,7 +32,9 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench")
     parser.add_argument("sections", nargs="*", default=SECTIONS)
     parser.add_argument("--schedules", type=int, default=0, help="leases, never-two: schedules")
-    parser.add_argument("--seed", type=int, default=None, help="never-two: the schedules' seed")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="leases, never-two: the schedules' seed"
+    )
     parser.add_argument("--first", type=int, default=0, help="never-two: the first schedule")
     parser.add_argument("--lanes", type=int, default=4, help="never-two: hosts at once")
     parser.add_argument("--passes", type=int, default=0, help="provisioner-idle: passes")
@@ -96,7 +98,7 @@ def run(section: str, args: argparse.Namespace) -> str:
         from bench import leases
 
         count = args.schedules or (2 if quick else 500)
-        return leases.run(schedules=count, handovers=1 if quick else 5)
+        return leases.run(schedules=count, seed=args.seed, handovers=1 if quick else 5)
     if section == "ha":
         from bench import ha
 
