@@ -58,10 +58,11 @@ bench-quick: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m pytest -q tests/integration/test_bench_quick.py
 
 # The lease checker at length (tests/integration/test_lease_checker.py runs 100 schedules
-# in `make test`); SCHEDULES=N changes the count. Its figures are in the README.
+# in `make test`); SCHEDULES=N changes the count, SEED=S draws a run's schedules again (the
+# faults' timing still differs). `make bench` runs it and puts its table in the README.
 SCHEDULES ?= 500
 lease-soak: $(STAMP)
-	$(PY) -m bench leases --schedules $(SCHEDULES)
+	$(PY) -m bench leases --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED))
 
 # The same with the controller as two replicas on PostgreSQL, replica kills and database
 # failovers among the faults (tests/integration/test_lease_replicas.py runs 12 in `make test`).
