@@ -29,6 +29,8 @@ from bench.loadgen import Fleet, Samples, window_p99, worst_window
 from bench.stats import percentile, table
 
 PHASED_SECONDS = 45.0  # past every first hold's end (at most the 30 s asked) and into the next
+IDLE_SECONDS = 10.0  # the idle CPU's window, every host joined
+SETTLE_SECONDS = 2.0  # after the last join, before the idle window
 JOIN_TOKEN = "bench-join-token-0123456789"  # noqa: S105 - a throwaway cluster's
 CONFIG = f"""\
 version: 1
@@ -161,9 +163,9 @@ async def _measure(
     block = max(1, hosts // 5)
     first = block / (finished[block - 1] - began)
     last = block / (finished[-1] - finished[-block - 1])
-    await asyncio.sleep(2)
+    await asyncio.sleep(SETTLE_SECONDS)
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    await asyncio.sleep(10)  # every host joined, nothing happening
+    await asyncio.sleep(IDLE_SECONDS)  # every host joined, nothing happening
     idle = (cpu_seconds(pid) - cpu0) / (time.perf_counter() - t0)
     await fleet.start_watches(range(half))
     cpu = functools.partial(cpu_seconds, pid)
@@ -249,7 +251,7 @@ def _render(r: Result, half: int, hosts: int, watched: int, interval: float, sec
             f"controller idle CPU, {hosts:,} hosts",
             f"{r.idle * 100:.2f} % of a core",
             "near 0",
-            "joined, no traffic, 10 s",
+            f"joined, no traffic, {IDLE_SECONDS:g} s",
         ],
     ]
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

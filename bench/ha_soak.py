@@ -25,6 +25,7 @@ from pathlib import Path
 
 import requests
 
+from bench import Skipped
 from bench.patroni import PatroniCluster, why_not
 from bench.stats import percentile, table
 from tests.integration.replica_set import ADMIN_TOKEN, CONFIG, JOIN_TOKEN, Replicas, call
@@ -176,7 +177,7 @@ def check(dsn: str, acked: list[tuple[float, str]]) -> dict[str, int]:
 def run(rounds: int = 3, hosts: int = 200, settle: float = 15.0) -> str:
     reason = why_not()
     if reason:
-        return f"ha-soak skipped: {reason}"
+        raise Skipped(reason)
     root = Path(tempfile.mkdtemp(prefix="xce-ha-soak-"))
     root.chmod(0o711)  # the postgres user reaches its own directory below
     try:

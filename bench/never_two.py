@@ -10,6 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import Skipped
 from bench.stats import percentile, table
 from tests.integration import never_two as nt
 from tests.integration.never_two_rig import Report, run_schedules, schedule
@@ -18,7 +19,7 @@ from tests.integration.never_two_rig import Report, run_schedules, schedule
 def run(schedules: int = 1000, seed: int | None = None, first: int = 0, lanes: int = 4) -> str:
     root = nt.usable_root()
     if root is None or not nt.can_mount():
-        return "never-two: skipped (needs root, mount(8) and a writable cgroup v2)"
+        raise Skipped("needs root, mount(8) and a writable cgroup v2")
     seed = seed if seed is not None else random.SystemRandom().randrange(10**6)
     cgroup = root / f"xce-never-two-bench-{os.getpid()}"
     cgroup.mkdir()

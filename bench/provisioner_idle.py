@@ -82,12 +82,19 @@ def measure(passes: int, machines: int = 3, every: int = 600) -> list[tuple[int,
             )
             figures = []
             began = time.monotonic()
-            for n in range(1, passes + 1):
-                runner.once()
-                clock[0] += 1.0
-                if n in (WARM_UP, passes) or (n > WARM_UP and n % every == 0):
-                    gc.collect()
-                    figures.append((n, rss_kib(), time.monotonic() - began))
+            try:
+                for n in range(1, passes + 1):
+                    runner.once()
+                    clock[0] += 1.0
+                    if n in (WARM_UP, passes) or (n > WARM_UP and n % every == 0):
+                        gc.collect()
+                        figures.append((n, rss_kib(), time.monotonic() - began))
+            finally:
+                # As xce-provisioner does: left to the interpreter's exit, sushy's __del__
+                # logs out through the bounded transport, whose deadline thread cannot start
+                # then, and the process hung after printing its table.
+                for driver in drivers.values():
+                    driver.close()
             return figures
     finally:
         bmc.kill()

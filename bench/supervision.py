@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from bench import Skipped
 from bench.stats import percentile, ratio, table
 from xce_agent.supervision.machine import Phase
 from xce_agent.supervision.reactor import Reactor
@@ -34,7 +35,7 @@ BENCH_VENV = HERE / ".venv"
 def build_child(workdir: Path) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        sys.exit("bench: a C compiler (cc) is needed for the benchmark child")
+        raise Skipped("a C compiler (cc) is needed for the benchmark child")
     out = workdir / "crasher"
     subprocess.run([cc, "-O2", "-o", str(out), str(HERE / "crasher.c")], check=True)
     return out
@@ -43,7 +44,7 @@ def build_child(workdir: Path) -> Path:
 def supervisord_bin() -> Path:
     path = BENCH_VENV / "bin" / "supervisord"
     if not path.exists():
-        sys.exit("bench: supervisord is missing; run `make bench` (it installs it)")
+        raise Skipped("supervisord, the peer, is missing: `make bench` installs it in bench/.venv")
     return path
 
 
