@@ -344,8 +344,13 @@ def test_a_host_named_like_an_instance_id_is_the_one_its_name_reaches(
     while time.monotonic() < stop:
         assert call(ctl, "POST", "/v1/hosts/i-7/heartbeat", {}).json()["state"] == "open"
         time.sleep(0.5)  # the scenario: a beat every half second
-    assert call(ctl, "GET", "/v1/hosts/i-7").json()["key"] == "host:i-7"
-    r = call(ctl, "POST", "/v1/hosts/i-7/decommission", {})
+    # The admin's "i-7" fits both records: refused with the reference that reaches each.
+    r = call(ctl, "GET", "/v1/hosts/i-7")
+    assert (r.status_code, r.json()["error"]) == (409, "ambiguous")
+    refs = {c["key"]: c["ref"] for c in r.json()["candidates"]}
+    assert refs == {"i-7": "instance:i-7", "host:i-7": "host:i-7"}
+    assert call(ctl, "GET", "/v1/hosts/host:i-7").json()["key"] == "host:i-7"
+    r = call(ctl, "POST", "/v1/hosts/host:i-7/decommission", {})
     assert (r.json()["key"], r.json()["state"]) == ("host:i-7", "decommissioned")
     states = {h["key"]: h["state"] for h in call(ctl, "GET", "/v1/hosts", {"all": "true"}).json()}
     assert states == {"i-7": "expected", "host:i-7": "decommissioned"}

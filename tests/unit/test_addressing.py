@@ -147,6 +147,25 @@ def test_a_name_that_is_another_records_instance_or_address_is_ambiguous(
         f"host:{joined_as}",
     }
     assert all(h.state is not HostState.DECOMMISSIONED for h in ctl.cluster.hosts.values())
+    # Each candidate names the prefixed reference that reaches it alone, and it works: both
+    # records can still be decommissioned (before it, neither could be, by any reference).
+    refs = {c["key"]: c["ref"] for c in refused.value.details["candidates"]}
+    assert all(r in refused.value.message for r in refs.values())
+    for key, ref in refs.items():
+        assert ctl.find_host(ref).key == key
+    for key, ref in refs.items():
+        assert ctl.control(ref, AdminAction.DECOMMISSION, "admin").key == key
+    assert all(h.state is HostState.DECOMMISSIONED for h in ctl.cluster.hosts.values())
+
+
+def test_a_prefixed_reference_looks_in_its_own_kind_only(ctl: Controller) -> None:
+    expect(ctl, "i-0abc", address="10.1.2.3", token=TOKEN)
+    assert ctl.find_host("instance:i-0abc").key == "i-0abc"
+    assert ctl.find_host("address:10.1.2.3").key == "i-0abc"
+    for missing in ("host:i-0abc", "instance:10.1.2.3", "address:i-0abc", "host:", "bogus:x"):
+        with pytest.raises(lc.Refused) as none:
+            ctl.find_host(missing)
+        assert none.value.status == 404, missing
 
 
 def test_a_decommissioned_hosts_agent_is_told_so_when_its_name_is_expected_again() -> None:
