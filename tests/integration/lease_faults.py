@@ -210,7 +210,9 @@ class Chaos:
     def _kill_component(self, lease: str, host: str) -> None:
         """SIGKILL the host's running probe of `lease`: the newest record first, and only a
         process that is that probe (a record's pid may be another process's by now)."""
-        for path in sorted((self.c.records / lease).glob(f"{host}-*.rec"), key=_mtime, reverse=True):
+        for path in sorted(
+            (self.c.records / lease).glob(f"{host}-*.rec"), key=_mtime, reverse=True
+        ):
             pid = pid_of(path)
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as handle:

@@ -36,7 +36,7 @@ def open_record(directory: str, lease: str, host: str, pid: int) -> TextIO:
     for n in range(1000):
         name = f"{host}-{pid}.rec" if n == 0 else f"{host}-{pid}.{n}.rec"
         try:
-            return open(os.path.join(folder, name), "x", buffering=1)  # noqa: SIM115 - kept open
+            return open(os.path.join(folder, name), "x", buffering=1)  # kept open by the caller
         except FileExistsError:
             continue  # a previous process with this pid
     raise FileExistsError(f"{folder}: no free record name for {host}-{pid}")
