@@ -21,6 +21,7 @@ import requests
 
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
+from tests.integration.singleton_probe import pid_of
 
 PROBE = Path(__file__).with_name("singleton_probe.py")
 JOIN = "lease-join-token-0123"
@@ -335,7 +336,7 @@ class LeaseCluster:
         self._stop_controllers()
         # Anything a killed agent left (a fence past its deadline is gone by itself).
         for path in self.records.glob("*/*.rec"):
-            pid = int(path.stem.rsplit("-", 1)[1])
+            pid = pid_of(path)
             with contextlib.suppress(OSError):
                 if PROBE.name in Path(f"/proc/{pid}/cmdline").read_text():
                     os.killpg(os.getpgid(pid), signal.SIGKILL)

@@ -22,9 +22,11 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tests.integration.lease_checker import Interval, intervals, percentile, running, violations
 from tests.integration.lease_cluster import LeaseCluster
+from tests.integration.singleton_probe import pid_of
 
 KINDS = {
     "blackhole": 3,
@@ -206,12 +208,19 @@ class Chaos:
             self.owed.discard(kind)
 
     def _kill_component(self, lease: str, host: str) -> None:
-        for path in sorted((self.c.records / lease).glob(f"{host}-*.rec"), reverse=True):
-            pid = int(path.stem.rsplit("-", 1)[1])
+        """SIGKILL the host's running probe of `lease`: the newest record first, and only a
+        process that is that probe (a record's pid may be another process's by now)."""
+        for path in sorted(
+            (self.c.records / lease).glob(f"{host}-*.rec"), key=_mtime, reverse=True
+        ):
+            pid = pid_of(path)
             try:
-                with open(f"/proc/{pid}/cmdline") as handle:
-                    mine = "singleton_probe" in handle.read()
-                if mine:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    args = handle.read().split(b"\0")
+                with open(f"/proc/{pid}/environ", "rb") as handle:
+                    env = handle.read().split(b"\0")
+                mine = any(b"singleton_probe" in a for a in args) and host.encode() in args
+                if mine and f"XCE_LEASE_NAME={lease}".encode() in env:
                     os.kill(pid, signal.SIGKILL)
                     return
             except OSError:
@@ -271,6 +280,13 @@ def _clean(
         if f.kind in LOSES_HOST and overlaps(f, tail, fault.start):
             troubled.add(f.target)
     return len(troubled) < len(hosts)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _first(spans: list[Interval]) -> str:
