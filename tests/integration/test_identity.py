@@ -178,8 +178,14 @@ def test_names_are_never_record_keys(api: Api, name: str) -> None:
     assert (both.status_code, both.json()["error"]) == (409, "ambiguous")
     assert {c["key"] for c in both.json()["candidates"]} == {"host:i-0abc", "i-0abc"}
     assert api.host("evil")["state"] == "expected" and api.host("evil")["key"] == "i-0abc"
-    assert api.call("GET", "/v1/hosts/host:i-0abc").status_code == 404
-    assert api.call("POST", "/v1/hosts/host:i-0abc/close", json={}).status_code == 404
+    # A prefixed reference looks in one kind only (no name holds a colon, so none is taken
+    # for it): `host:` reaches a host by its name (or an expected name), `instance:` by its
+    # instance id.
+    assert api.call("GET", "/v1/hosts/host:i-0abc").json()["key"] == "host:i-0abc"
+    assert api.call("GET", "/v1/hosts/instance:i-0abc").json()["key"] == "i-0abc"
+    assert api.call("GET", "/v1/hosts/host:evil").json()["key"] == "i-0abc"  # its expected name
+    assert api.call("GET", "/v1/hosts/instance:evil").status_code == 404
+    assert api.call("POST", "/v1/hosts/key:i-0abc/close", json={}).status_code == 404
 
 
 def test_a_name_in_another_case_is_the_same_name(api: Api) -> None:
