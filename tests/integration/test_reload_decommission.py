@@ -23,6 +23,21 @@ time.sleep(600)
 """
 
 
+def _decommissioned_while_stopping(
+    agent: AgentProcess, server: FakeController, script: Path
+) -> int:
+    """Start the agent, have the controller refuse the host, and return the worker's pid once
+    its decommission stop is under way (the stubborn worker takes its stop timeout)."""
+    agent.start()
+    wait_for(agent.worker_pid, timeout=20)
+    first = agent.worker_pid()
+    wait_for(lambda: Path(f"{script}.ready").exists(), timeout=10)
+    server.set_phase("refuse")
+    wait_for(lambda: agent.state().get("tombstone"), timeout=20)
+    wait_for(lambda: agent.worker().get("phase") == "stopping", timeout=10)
+    return first
+
+
 def test_a_reload_during_the_decommission_stop_does_not_start_the_worker(
     tmp_path: Path,
 ) -> None:
@@ -31,13 +46,7 @@ def test_a_reload_during_the_decommission_stop_does_not_start_the_worker(
     server = FakeController(lambda x: None, ())
     agent = AgentProcess(tmp_path, server.url, INSTANCE, HOST, worker=[sys.executable, str(script)])
     try:
-        agent.start()
-        wait_for(agent.worker_pid, timeout=20)
-        first = agent.worker_pid()
-        wait_for(lambda: Path(f"{script}.ready").exists(), timeout=10)
-        server.set_phase("refuse")
-        wait_for(lambda: agent.state().get("tombstone"), timeout=20)
-        wait_for(lambda: agent.worker().get("phase") == "stopping", timeout=10)
+        first = _decommissioned_while_stopping(agent, server, script)
         # The config changes the worker's command while it is being stopped for good.
         agent.config.write_text(agent.config.read_text().replace(str(script), f"{script}, -v"))
         assert agent.proc is not None
@@ -65,13 +74,7 @@ def test_an_agent_restarted_during_the_decommission_stop_with_a_changed_command(
     server = FakeController(lambda x: None, ())
     agent = AgentProcess(tmp_path, server.url, INSTANCE, HOST, worker=[sys.executable, str(script)])
     try:
-        agent.start()
-        wait_for(agent.worker_pid, timeout=20)
-        first = agent.worker_pid()
-        wait_for(lambda: Path(f"{script}.ready").exists(), timeout=10)
-        server.set_phase("refuse")
-        wait_for(lambda: agent.state().get("tombstone"), timeout=20)
-        wait_for(lambda: agent.worker().get("phase") == "stopping", timeout=10)
+        first = _decommissioned_while_stopping(agent, server, script)
         assert agent.proc is not None
         agent.proc.kill()
         agent.proc.wait()
