@@ -25,7 +25,7 @@ time.sleep(600)
 
 def _decommissioned_while_stopping(
     agent: AgentProcess, server: FakeController, script: Path
-) -> int:
+) -> int | None:
     """Start the agent, have the controller refuse the host, and return the worker's pid once
     its decommission stop is under way (the stubborn worker takes its stop timeout)."""
     agent.start()
