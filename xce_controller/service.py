@@ -346,6 +346,11 @@ class Controller:
             loop.call_soon_threadsafe(self._release)
 
     @property
+    def watches_held(self) -> int:
+        """Long-polls (watches) held now, waiting for their host to change or their hold to end."""
+        return sum(len(futures) for futures in self._waiters.values())
+
+    @property
     def stopping(self) -> bool:
         """Told to stop (release_watchers): the health check says so to load balancers."""
         return self._released

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import requests
 
 from tests.integration.controller_proc import ControllerProcess
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, watch_for_change, watches_held
 from xce_protocol.protocol import PROTOCOL
 
 CONFIG = """\
@@ -118,24 +119,31 @@ def test_malformed_requests_get_a_4xx_json_error(
     assert isinstance(r.json()["error"], str) and r.json()["message"]
 
 
+def held(ctl: ControllerProcess) -> int:
+    return watches_held(requests.get(ctl.url + "/metrics", headers=ADMIN, timeout=10).text)
+
+
 def test_watch_returns_as_soon_as_the_host_changes(ctl: ControllerProcess) -> None:
     cred = post(ctl, "/v1/join", {"host": "n1"}, admin=False).json()["credential"]
     version = post(ctl, "/v1/hosts/n1/heartbeat", {}, admin=False, bearer=cred).json()["version"]
+    answers: list[requests.Response] = []
+
+    def watch(since: int) -> requests.Response:
+        return requests.get(
+            ctl.url + "/v1/hosts/n1/watch",
+            params={"since": since, "timeout": 20},
+            headers={"Authorization": f"Bearer {cred}"},
+            timeout=30,
+        )
+
+    watcher = threading.Thread(target=lambda: answers.append(watch_for_change(watch, version)))
+    watcher.start()
+    wait_for(lambda: held(ctl) == 1)  # held before the change
     began = time.monotonic()
-    import threading
-
-    def later() -> None:
-        time.sleep(0.3)
-        post(ctl, "/v1/hosts/n1/decommission", {"reason": "test"})
-
-    threading.Thread(target=later).start()
-    r = requests.get(
-        ctl.url + "/v1/hosts/n1/watch",
-        params={"since": version, "timeout": 20},
-        headers={"Authorization": f"Bearer {cred}"},
-        timeout=30,
-    )
+    post(ctl, "/v1/hosts/n1/decommission", {"reason": "test"})
+    watcher.join(10)
     assert time.monotonic() - began < 5
+    (r,) = answers
     assert r.status_code == 410
     assert r.json() == {
         "error": "decommissioned",

@@ -37,7 +37,9 @@ templates:
 """
 ADMIN = {"Authorization": "Bearer adm1n"}
 JOIN = {"Authorization": "Bearer j0in-t0ken"}
-CREDENTIALS: dict[tuple[int, str], str] = {}  # (controller port, host name) -> its credential
+# (controller work dir, host name) -> its credential. Not the port: a later test's controller
+# may get a port an earlier one had, and its join would present that one's credential.
+CREDENTIALS: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture
@@ -52,10 +54,10 @@ def _bearer(ctl: ControllerProcess, path: str, body: Any) -> dict[str, str]:
     it has one), everyone else the admin token."""
     parts = path.split("/")
     if path == "/v1/join":
-        held = CREDENTIALS.get((ctl.port, str(body.get("host"))))
+        held = CREDENTIALS.get((str(ctl.workdir), str(body.get("host"))))
         return {"Authorization": f"Bearer {held}"} if held else JOIN
     if len(parts) > 4 and parts[2] == "hosts" and parts[4] in ("heartbeat", "watch", "jobs"):
-        return {"Authorization": f"Bearer {CREDENTIALS.get((ctl.port, parts[3]), '')}"}
+        return {"Authorization": f"Bearer {CREDENTIALS.get((str(ctl.workdir), parts[3]), '')}"}
     return ADMIN
 
 
@@ -64,7 +66,7 @@ def call(ctl: ControllerProcess, method: str, path: str, body: Any = None) -> re
     headers = _bearer(ctl, path, body)
     r = requests.request(method, ctl.url + path, headers=headers, timeout=10, **kw)
     if path == "/v1/join" and r.status_code == 200:
-        CREDENTIALS[(ctl.port, r.json()["host"])] = r.json()["credential"]
+        CREDENTIALS[(str(ctl.workdir), r.json()["host"])] = r.json()["credential"]
     return r
 
 

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.integration import history_checker as history
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, watch_for_change, watches_held
 from tests.integration.replica_set import ADMIN_TOKEN, CONFIG, JOIN_TOKEN, Replicas, call
 from tests.pg_server import PgCluster, PgServer, need_pg
 from xce_controller.core.config import load_cluster_config
@@ -83,21 +83,13 @@ def test_a_replica_whose_listener_is_cut_still_sees_every_fact_within_the_poll(
         since = version.json()["version"]
         got: list[requests.Response] = []
 
-        def watch() -> None:
-            got.append(
-                call(
-                    embedded.url,
-                    "GET",
-                    "/v1/hosts/c1/watch",
-                    bearer=cred["credential"],
-                    since=since,
-                    timeout=20,
-                )
-            )
+        def watch(since: int) -> requests.Response:
+            return call(embedded.url, "GET", "/v1/hosts/c1/watch", bearer=cred["credential"],
+                        since=since, timeout=20)  # fmt: skip
 
-        watcher = threading.Thread(target=watch)
+        watcher = threading.Thread(target=lambda: got.append(watch_for_change(watch, since)))
         watcher.start()
-        time.sleep(0.2)  # held on the cut replica (checked by the answer below)
+        wait_for(lambda: watches_held(call(embedded.url, "GET", "/metrics").text) == 1)
         sent = time.monotonic()
         assert call(other.urls[0], "POST", "/v1/hosts/c1/close", {}).status_code == 200
         watcher.join(10)

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.integration import history_checker as history
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import wait_for, watch_for_change, watches_held
 from tests.integration.replica_set import JOIN_TOKEN, Replicas, call
 from xce_controller.core.model import Fact
 from xce_controller.store.open import open_store
@@ -58,13 +58,13 @@ def test_the_elastic_host_story_with_requests_spread_over_two_replicas(
     assert call(b, "POST", "/v1/hosts/n1/jobs/1/started", {}, cred).status_code == 200
     version = call(b, "POST", "/v1/hosts/n1/heartbeat", {}, cred).json()["version"]
     woken: list[requests.Response] = []
-    watcher = threading.Thread(
-        target=lambda: woken.append(
-            call(b, "GET", "/v1/hosts/n1/watch", bearer=cred, since=version, timeout=20)
-        )
-    )
+
+    def watch(since: int) -> requests.Response:
+        return call(b, "GET", "/v1/hosts/n1/watch", bearer=cred, since=since, timeout=20)
+
+    watcher = threading.Thread(target=lambda: woken.append(watch_for_change(watch, version)))
     watcher.start()
-    time.sleep(0.2)  # the watch is held on b (not synchronisation: it is checked below)
+    wait_for(lambda: watches_held(call(b, "GET", "/metrics").text) == 1)  # held on b
     drain = call(a, "POST", "/v1/hosts/n1/decommission", {"drain_timeout": 60})
     assert drain.status_code == 200 and drain.json()["state"] == "draining", drain.text
     watcher.join(10)
@@ -125,12 +125,13 @@ def test_a_commit_on_one_replica_wakes_a_watch_held_on_another(two: Replicas) ->
         got: list[float] = []
 
         def watch(since: int, got: list[float]) -> None:
-            call(b, "GET", "/v1/hosts/w1/watch", bearer=cred, since=since, timeout=10)
+            fetch = lambda v: call(b, "GET", "/v1/hosts/w1/watch", bearer=cred, since=v, timeout=10)  # noqa: E731
+            watch_for_change(fetch, since)
             got.append(time.monotonic())
 
         watcher = threading.Thread(target=watch, args=(version, got))
         watcher.start()
-        time.sleep(0.1)  # held on b before the change (a late watch answers at once anyway)
+        wait_for(lambda: watches_held(call(b, "GET", "/metrics").text) == 1)  # held on b
         action = "close" if n % 2 == 0 else "open"
         sent = time.monotonic()
         assert call(a, "POST", f"/v1/hosts/w1/{action}", {}).status_code == 200

@@ -6,6 +6,7 @@ point before the loop's handlers are installed."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -41,12 +42,24 @@ class Starting:
         return state.get("lifecycle") == "starting" and pid == self.agent.pid
 
     def open_gate(self) -> None:
-        # Non-blocking: a dead agent is no reader, and the open fails instead of hanging.
-        try:
-            fd = os.open(self.gate, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as exc:
-            raise AssertionError(f"the agent is gone ({exc}): {self.log()}") from None
-        os.close(fd)
+        # Non-blocking: with no reader the open fails (ENXIO) instead of hanging. The agent
+        # is recorded as starting a little before it opens the gate, so a live agent that
+        # is not reading yet is waited for; a dead one fails the test.
+        opened: list[int] = []
+
+        def reader_there() -> bool:
+            if self.agent.poll() is not None:
+                raise AssertionError(f"the agent is gone: {self.log()}")
+            try:
+                opened.append(os.open(self.gate, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                return False
+            return True
+
+        wait_for(reader_there, timeout=30)
+        os.close(opened[0])
 
     def log(self) -> str:
         return (self.tmp / "agent.log").read_text()

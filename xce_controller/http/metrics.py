@@ -88,6 +88,11 @@ class StateCollector:
             value=ctl.cluster.version,
         )
         yield GaugeMetricFamily(
+            "xce_controller_watches_held",
+            "Agents' watches (long-polls) held, waiting for a change or the end of their hold.",
+            value=ctl.watches_held,
+        )
+        yield GaugeMetricFamily(
             "xce_controller_storage_available",
             "0 while the database refuses writes (changes are refused), else 1.",
             value=0 if ctl.storage_down else 1,
