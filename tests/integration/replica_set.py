@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import requests
 
+from tests.integration import history_checker as history
 from tests.integration.controller_proc import ControllerProcess
+from xce_controller.store.open import open_store
 
 ADMIN_TOKEN, JOIN_TOKEN = "adm1n-t0ken", "j0in-t0ken"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -60,3 +63,15 @@ def call(
         headers={"Authorization": f"Bearer {bearer}"},
         timeout=30,
     )
+
+
+def stored_drains(dsn: str) -> Counter[str]:
+    """How many drains the store recorded for each host ("host:NAME"), once the whole
+    history it holds was checked sound (history_checker)."""
+    store = open_store(dsn)
+    try:
+        log = store.facts()
+    finally:
+        store.close()
+    assert history.problems(log) == []
+    return Counter(f.data["key"] for f in log if f.kind == "drain")

@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import pytest
 import requests
@@ -34,6 +34,8 @@ JSON = "application/json"
 BEAT = {"agent_state": "running", "components": [{"name": "worker", "state": "running", "pid": 7}]}
 # Answer headers that differ between any two answers, whoever gives them.
 VARYING = {"date"}
+# What a request sends: a heartbeat's body (in chunks when a list), or a watch's query.
+Sent = Union[bytes, list[bytes], str]
 
 
 @pytest.fixture
@@ -75,16 +77,39 @@ def send(
     return answer.status_code, kept, answer.content
 
 
+def watch(
+    ctl: EmbeddedController, name: str, query: str, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    answer = requests.get(f"{ctl.url}/v1/hosts/{name}/watch?{query}", headers=headers, timeout=10)
+    kept = {k.lower(): v for k, v in answer.headers.items() if k.lower() not in VARYING}
+    return answer.status_code, kept, answer.content
+
+
+def ask(
+    ctl: EmbeddedController, verb: str, name: str, sent: Sent, headers: dict[str, str]
+) -> tuple[int, dict[str, str], bytes]:
+    """One request: a heartbeat sends `sent` as its body, a watch as its query."""
+    if verb == "watch":
+        assert isinstance(sent, str)
+        return watch(ctl, name, sent, headers)
+    assert not isinstance(sent, str)
+    return send(ctl, name, iter(sent) if isinstance(sent, list) else sent, headers)
+
+
 def both(
-    ctl: EmbeddedController, name: str, body: bytes | list[bytes], headers: dict[str, str]
+    ctl: EmbeddedController,
+    name: str,
+    sent: Sent,
+    headers: dict[str, str],
+    verb: str = "heartbeat",
 ) -> tuple[tuple[int, dict[str, str], bytes], tuple[int, dict[str, str], bytes], int]:
     """FastAPI's answer, the fast path's, and how many the fast path answered itself."""
     state = served(ctl)
     state.enabled = False
-    route = send(ctl, name, iter(body) if isinstance(body, list) else body, headers)
+    route = ask(ctl, verb, name, sent, headers)
     state.enabled = True
     before = state.answered
-    fast = send(ctl, name, iter(body) if isinstance(body, list) else body, headers)
+    fast = ask(ctl, verb, name, sent, headers)
     return route, fast, state.answered - before
 
 
@@ -99,59 +124,116 @@ def body(**fields: Any) -> bytes:
     return json.dumps({**BEAT, **fields}).encode()
 
 
-def test_the_fast_path_answers_as_the_route_does(ctl: EmbeddedController) -> None:
-    h1 = join(ctl, "h1")["credential"]
+HB, WATCH = "heartbeat", "watch"
+# Credentials are named in the headers and filled in once the hosts joined (`world`): {h1}
+# the host h1's, {worker} its worker's, {gone} a decommissioned host's, {stale} the first
+# credential of old, renewed since.
+H1, ONLY_H1 = bearer("{h1}"), {"Authorization": "Bearer {h1}"}
+# (verb, host, the heartbeat's body or the watch's query, headers, answered by the fast path)
+CASES: list[tuple[str, str, Sent, dict[str, str], bool]] = [
+    (HB, "h1", body(), H1, True),
+    (HB, "h1", b"{}", H1, True),
+    (HB, "h1", body(instance_id="i-h1", agent_version="9.1", extra={"x": 1}), H1, True),
+    (HB, "h1", body(protocol="1.9", agent_state="draining"), H1, True),
+    (HB, "h1", [body()[:10], body()[10:]], H1, True),  # chunked, within the limit
+    (HB, "h1", body(), {"Authorization": "bearer  {h1} ", "Content-Type": JSON}, True),
+    # Refusals by the decision: the same function decides, the same handler answers.
+    (HB, "h1", body(), {"Content-Type": JSON}, True),
+    (HB, "h1", body(), bearer("wrong"), True),
+    (HB, "h1", body(), {"Authorization": "Basic {h1}", "Content-Type": JSON}, True),
+    (HB, "nobody", body(), H1, True),
+    (HB, "h1", body(instance_id="i-other"), H1, True),
+    (HB, "gone", body(), bearer("{gone}"), True),
+    (HB, "old", body(), bearer("{stale}"), True),
+    (HB, "bad name!", body(), H1, True),
+    # What FastAPI answers itself: handed to it.
+    (HB, "h1", b"", H1, False),
+    (HB, "h1", b"{", H1, False),
+    (HB, "h1", b"[]", H1, False),
+    (HB, "h1", b"null", H1, False),
+    (HB, "h1", body(protocol="2.0"), H1, False),
+    (HB, "h1", body(agent_state=5), H1, False),
+    (HB, "h1", body(components=[{"name": "w"}] * 100), H1, False),
+    (HB, "h1", body(instance_id="no spaces allowed"), H1, False),
+    (HB, "h1", body(renew="yes please"), H1, False),
+    (HB, "h1", body(), bearer("{h1}", "text/plain"), False),
+    (HB, "h1", body(), bearer("{h1}", content_type=None), False),
+    (HB, "h1", body(), bearer("{h1}", "application/json; charset=utf-8"), False),
+    (HB, "h1", body(pad="x" * 4000), H1, False),  # 413, announced
+    (HB, "h1", [body(pad="x" * 1000)] * 4, H1, False),  # 413, chunked
+    # A watch answered at once (`since` below the host's version, or no wait).
+    (WATCH, "h1", "since=0&timeout=0", ONLY_H1, True),
+    (WATCH, "h1", "since=0", ONLY_H1, True),
+    (WATCH, "h1", "", ONLY_H1, True),
+    (WATCH, "h1", "timeout=0&since=00", ONLY_H1, True),
+    (WATCH, "h1", "since=0&timeout=1.5&instance_id=i-h1", ONLY_H1, True),
+    (WATCH, "h1", "since=0&timeout=300&instance_id=", ONLY_H1, True),
+    (WATCH, "h1", "since=0&timeout=0", {"Authorization": "Bearer {worker}"}, True),
+    (WATCH, "h1", "since=0&timeout=0&instance_id=i-other", ONLY_H1, True),
+    (WATCH, "h1", "since=0&timeout=0", {}, True),
+    (WATCH, "h1", "since=0&timeout=0", {"Authorization": "Bearer wrong"}, True),
+    (WATCH, "nobody", "since=0&timeout=0", ONLY_H1, True),
+    (WATCH, "gone", "since=0&timeout=0", {"Authorization": "Bearer {gone}"}, True),
+    # Read by FastAPI: invalid, repeated, escaped or unknown parameters.
+    (WATCH, "h1", "since=-1", ONLY_H1, False),
+    (WATCH, "h1", "since=abc", ONLY_H1, False),
+    (WATCH, "h1", "since=1.5", ONLY_H1, False),
+    (WATCH, "h1", "since=", ONLY_H1, False),
+    (WATCH, "h1", "since=0&timeout=301", ONLY_H1, False),
+    (WATCH, "h1", "since=0&timeout=300.5", ONLY_H1, False),
+    (WATCH, "h1", "since=0&timeout=-1", ONLY_H1, False),
+    (WATCH, "h1", "since=0&timeout=nan", ONLY_H1, False),
+    (WATCH, "h1", "since=0&since=1&timeout=0", ONLY_H1, False),
+    (WATCH, "h1", "since=0&timeout=0&instance_id=" + "i" * 254, ONLY_H1, False),
+    (WATCH, "h1", "since=0&timeout=0&instance_id=i%20h1", ONLY_H1, False),
+    (WATCH, "h1", "since=0&timeout=0&instance_id=i+h1", ONLY_H1, False),
+    (WATCH, "h1", "since=0&timeout=0&other=1", ONLY_H1, False),
+    (WATCH, "h1", "since&timeout=0", ONLY_H1, False),
+]
+
+
+def world(ctl: EmbeddedController, with_job: bool) -> dict[str, str]:
+    """h1 joined; gone joined and decommissioned; old joined and renewed since; with_job: a
+    job for h1 (a watch's answer lists it). The credentials, by the names CASES uses."""
+    joined = join(ctl, "h1")
     gone = join(ctl, "gone")["credential"]
     stale = join(ctl, "old")["credential"]
     beat = f"{ctl.url}/v1/hosts/old/heartbeat"
     renewed = requests.post(beat, data=body(renew=True), headers=bearer(stale), timeout=10)
     current = renewed.json()["credential"]
     requests.post(beat, data=body(), headers=bearer(current), timeout=10).raise_for_status()
+    admin = {"Authorization": "Bearer adm1n-t0ken"}
     decommission = requests.post(
         ctl.url + "/v1/hosts/gone/decommission",
         json={"drain_timeout": 0},
-        headers={"Authorization": "Bearer adm1n-t0ken"},
+        headers=admin,
         timeout=10,
     )
     assert decommission.status_code == 200, decommission.text
-    # (name, body, headers, answered by the fast path itself)
-    cases: list[tuple[str, bytes | list[bytes], dict[str, str], bool]] = [
-        ("h1", body(), bearer(h1), True),
-        ("h1", b"{}", bearer(h1), True),
-        ("h1", body(instance_id="i-h1", agent_version="9.1", extra={"x": 1}), bearer(h1), True),
-        ("h1", body(protocol="1.9", agent_state="draining"), bearer(h1), True),
-        ("h1", [body()[:10], body()[10:]], bearer(h1), True),  # chunked, within the limit
-        ("h1", body(), {"Authorization": f"bearer  {h1} ", "Content-Type": JSON}, True),
-        # Refusals by the decision: the same function decides, the same handler answers.
-        ("h1", body(), {"Content-Type": JSON}, True),
-        ("h1", body(), bearer("wrong"), True),
-        ("h1", body(), {"Authorization": f"Basic {h1}", "Content-Type": JSON}, True),
-        ("nobody", body(), bearer(h1), True),
-        ("h1", body(instance_id="i-other"), bearer(h1), True),
-        ("gone", body(), bearer(gone), True),
-        ("old", body(), bearer(stale), True),
-        ("bad name!", body(), bearer(h1), True),
-        # What FastAPI answers itself: handed to it.
-        ("h1", b"", bearer(h1), False),
-        ("h1", b"{", bearer(h1), False),
-        ("h1", b"[]", bearer(h1), False),
-        ("h1", b"null", bearer(h1), False),
-        ("h1", body(protocol="2.0"), bearer(h1), False),
-        ("h1", body(agent_state=5), bearer(h1), False),
-        ("h1", body(components=[{"name": "w"}] * 100), bearer(h1), False),
-        ("h1", body(instance_id="no spaces allowed"), bearer(h1), False),
-        ("h1", body(renew="yes please"), bearer(h1), False),
-        ("h1", body(), bearer(h1, "text/plain"), False),
-        ("h1", body(), bearer(h1, content_type=None), False),
-        ("h1", body(), bearer(h1, "application/json; charset=utf-8"), False),
-        ("h1", body(pad="x" * 4000), bearer(h1), False),  # 413, announced
-        ("h1", [body(pad="x" * 1000)] * 4, bearer(h1), False),  # 413, chunked
-    ]
-    for name, data, headers, fast_served in cases:
-        route, fast, answered = both(ctl, name, data, headers)
-        what = f"{name} {data!r:.80} {headers}"
+    if with_job:
+        job = {"command": "sleep 1", "slots": 1}
+        requests.post(ctl.url + "/v1/jobs", json=job, headers=admin, timeout=10)
+    h1, worker = joined["credential"], joined["worker_credential"]
+    return {"h1": h1, "worker": worker, "gone": gone, "stale": stale}
+
+
+def fill(named: dict[str, str], credentials: dict[str, str]) -> dict[str, str]:
+    return {key: value.format(**credentials) for key, value in named.items()}
+
+
+@pytest.mark.parametrize("verb", [HB, WATCH])
+def test_the_fast_path_answers_as_the_route_does(ctl: EmbeddedController, verb: str) -> None:
+    """Each request of the verb's rows, answered by FastAPI's route and by the fast path:
+    the same bytes, and the fast path answered itself the ones it should."""
+    credentials = world(ctl, with_job=verb == WATCH)
+    rows = [row for row in CASES if row[0] == verb]
+    for _, name, sent, named, fast_served in rows:
+        route, fast, answered = both(ctl, name, sent, fill(named, credentials), verb)
+        what = f"{name} {sent!r:.80} {named}"
         assert fast == route, what
         assert answered == (1 if fast_served else 0), what
+    _, name, sent, named, _ = rows[0]  # still answered: the others left the host as it was
+    assert ask(ctl, verb, name, sent, fill(named, credentials))[0] == 200
 
 
 def test_a_renewal_answers_as_the_route_does(ctl: EmbeddedController) -> None:
@@ -228,72 +310,3 @@ def test_the_fast_path_is_the_route_the_router_would_pick(ctl: EmbeddedControlle
         scope = {"type": "http", "method": method, "path": f"/v1/hosts/h1/{path}", "root_path": ""}
         first = next(r for r in routes if r.matches(scope)[0] is Match.FULL)
         assert getattr(first, "path", None) == "/v1/hosts/{name}/" + path
-
-
-def watch(
-    ctl: EmbeddedController, name: str, query: str, headers: dict[str, str]
-) -> tuple[int, dict[str, str], bytes]:
-    answer = requests.get(f"{ctl.url}/v1/hosts/{name}/watch?{query}", headers=headers, timeout=10)
-    kept = {k.lower(): v for k, v in answer.headers.items() if k.lower() not in VARYING}
-    return answer.status_code, kept, answer.content
-
-
-def test_the_fast_path_watches_as_the_route_does(ctl: EmbeddedController) -> None:
-    """Each watch is answered at once (`since` below the host's version, or no wait):
-    FastAPI's answer and the fast path's, byte for byte."""
-    joined = join(ctl, "h1")
-    h1, worker = joined["credential"], joined["worker_credential"]
-    gone = join(ctl, "gone")["credential"]
-    requests.post(
-        ctl.url + "/v1/hosts/gone/decommission",
-        json={"drain_timeout": 0},
-        headers={"Authorization": "Bearer adm1n-t0ken"},
-        timeout=10,
-    ).raise_for_status()
-    requests.post(  # a job for h1: the answer lists it
-        ctl.url + "/v1/jobs",
-        json={"command": "sleep 1", "slots": 1},
-        headers={"Authorization": "Bearer adm1n-t0ken"},
-        timeout=10,
-    )
-    auth = {"Authorization": f"Bearer {h1}"}
-    cases: list[tuple[str, str, dict[str, str], bool]] = [
-        ("h1", "since=0&timeout=0", auth, True),
-        ("h1", "since=0", auth, True),
-        ("h1", "", auth, True),
-        ("h1", "timeout=0&since=00", auth, True),
-        ("h1", "since=0&timeout=1.5&instance_id=i-h1", auth, True),
-        ("h1", "since=0&timeout=300&instance_id=", auth, True),
-        ("h1", "since=0&timeout=0", {"Authorization": f"Bearer {worker}"}, True),
-        ("h1", "since=0&timeout=0&instance_id=i-other", auth, True),
-        ("h1", "since=0&timeout=0", {}, True),
-        ("h1", "since=0&timeout=0", {"Authorization": "Bearer wrong"}, True),
-        ("nobody", "since=0&timeout=0", auth, True),
-        ("gone", "since=0&timeout=0", {"Authorization": f"Bearer {gone}"}, True),
-        # Read by FastAPI: invalid, repeated, escaped or unknown parameters.
-        ("h1", "since=-1", auth, False),
-        ("h1", "since=abc", auth, False),
-        ("h1", "since=1.5", auth, False),
-        ("h1", "since=", auth, False),
-        ("h1", "since=0&timeout=301", auth, False),
-        ("h1", "since=0&timeout=300.5", auth, False),
-        ("h1", "since=0&timeout=-1", auth, False),
-        ("h1", "since=0&timeout=nan", auth, False),
-        ("h1", "since=0&since=1&timeout=0", auth, False),
-        ("h1", "since=0&timeout=0&instance_id=" + "i" * 254, auth, False),
-        ("h1", "since=0&timeout=0&instance_id=i%20h1", auth, False),
-        ("h1", "since=0&timeout=0&instance_id=i+h1", auth, False),
-        ("h1", "since=0&timeout=0&other=1", auth, False),
-        ("h1", "since&timeout=0", auth, False),
-    ]
-    state = served(ctl)
-    for name, query, headers, fast_served in cases:
-        state.enabled = False
-        route = watch(ctl, name, query, headers)
-        state.enabled = True
-        before = state.answered
-        fast = watch(ctl, name, query, headers)
-        what = f"{name} {query} {headers}"
-        assert fast == route, what
-        assert state.answered - before == (1 if fast_served else 0), what
-    assert watch(ctl, "h1", "since=0&timeout=0", auth)[0] == 200

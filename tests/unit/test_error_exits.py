@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Command lines: the click programs, and the fence (its own small program, started by the
 # agent for each singleton component).
 CLI_LAYER = {
-    "xce_agent/cli.py",
+    "xce_agent/cli/__init__.py",
     "xce_agent/singletons/fence.py",
     "xce_controller/cli/controller.py",
     "xce_controller/cli/xcecli.py",

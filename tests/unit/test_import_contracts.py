@@ -60,6 +60,8 @@ def test_the_tree_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
     [
         ("xce_agent.core.membership", "import socket", "the agent's pure core"),
         ("xce_agent.core.lease_holder", "import xce_agent.state", "the agent's pure core"),
+        ("xce_agent.supervision.machine_messages", "import subprocess", "the agent's pure core"),
+        ("xce_agent.supervision.component_state", "import threading", "the agent's pure core"),
         ("xce_controller.core.facts", "import sqlite3", "the controller's pure core"),
         ("xce_controller.core.lifecycle", "import xce_controller.service", "pure core"),
         ("xce_controller.store.sqlite", "import xce_controller.http.api", "layers"),

@@ -28,7 +28,7 @@ def test_status_without_root_says_it_needs_root(
     runner = CliRunner()
     as_root = runner.invoke(cli.main, ["status", "--config", str(config)])
     assert as_root.exit_code == 78 and "token_file" in as_root.output  # the input arrived
-    monkeypatch.setattr("xce_agent.cli.os.geteuid", lambda: 1000)
+    monkeypatch.setattr("xce_agent.cli.status_command.os.geteuid", lambda: 1000)
     out = runner.invoke(cli.main, ["status", "--config", str(config)])
     assert out.exit_code == 1, out.output
     assert out.output.strip() == (

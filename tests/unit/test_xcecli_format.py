@@ -17,7 +17,7 @@ def test_times_within_a_day_show_the_time_older_ones_the_date_too() -> None:
 
 def test_to_return_shows_the_agents_last_report() -> None:
     """Before: the table had no word of it, though the README promises it."""
-    from xce_controller.cli.xcecli import _return_rows
+    from xce_controller.cli.host_views import return_rows as _return_rows
 
     host: dict[str, Any] = {
         "instance_id": "i-1", "name": "n1", "expected_name": "", "expected_address": "",

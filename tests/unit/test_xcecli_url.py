@@ -7,7 +7,8 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from xce_controller.cli.xcecli import Client, controller_urls, main
+from xce_controller.cli.client import Client, controller_urls
+from xce_controller.cli.xcecli import main
 
 
 def test_good_urls_pass() -> None:

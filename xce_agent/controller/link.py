@@ -11,23 +11,22 @@ Nothing the controller sends can stop a loop or make it spin: every request is b
 bounded_http), every exception is caught, logged and retried, every interval the controller
 publishes is clamped, and watch cycles keep a minimum gap. Each loop also declares, before
 each cycle, by when it will have finished it; `check_threads` (called by the agent's timer)
-reports a loop that overran and replaces its thread.
+reports a loop that overran and replaces its thread (link_loops.py runs the threads).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from xce_agent.config.agent import ControllerConfig
 from xce_agent.controller import farewell
 from xce_agent.controller.credential import CredentialStore, HostCredential, from_answer, unusable
+from xce_agent.controller.link_loops import Loop, Loops
 from xce_agent.core import membership as ms
 from xce_agent.core.answers import (
     RETRY_AFTER_MAX,
@@ -70,15 +69,6 @@ class Client(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass
-class _Loop:
-    name: str
-    run: Callable[[int], None]
-    generation: int = 0
-    due: float = math.inf  # monotonic time by which the current cycle must be done
-    thread: threading.Thread | None = None
-
-
 class ControllerLink:
     def __init__(
         self,
@@ -109,16 +99,15 @@ class ControllerLink:
         self.version = 0
         self._gone = False  # a decommission was received: nothing more to say
         self._lock = threading.Lock()
-        self._loops = {
-            "membership": _Loop("membership", self._membership_loop),
-            "watch": _Loop("watch", self._watch_loop),
-        }
+        self._loops = Loops(self.clock, self._bound, self._live, self._failed)
+        self._loops.add("membership", self._membership_loop)
+        self._loops.add("watch", self._watch_loop)
         self.cycles = {"membership": 0, "watch": 0}  # completed cycles, for tests and status
 
     # --- control (any thread) ---------------------------------------------------------
     def start(self) -> None:
         for loop in self._loops.values():
-            self._spawn(loop)
+            self._loops.spawn(loop)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -148,55 +137,31 @@ class ControllerLink:
 
     def check_threads(self) -> list[str]:
         """Replace every loop that overran its cycle's bound; what was replaced, for the log."""
-        now = self.clock()
         replaced = []
-        for loop in self._loops.values():
-            if self.stopped.is_set() or self._gone or now <= loop.due:
-                continue
-            late = now - loop.due + SLACK
-            detail = f"link {loop.name} thread stuck for {late:.0f}s: replaced at " + (
+        for loop, past in self._loops.overdue():
+            detail = f"link {loop.name} thread stuck for {past + SLACK:.0f}s: replaced at " + (
                 time.strftime("%H:%M:%S", time.localtime(self.wall()))
             )
             log.error("controller %s", detail)
             self.client.close()  # cut the stuck request, if it is one
-            self._spawn(loop)
+            self._loops.spawn(loop)
             self.post(ms.LinkStalled(detail))
             replaced.append(loop.name)
         return replaced
 
     # --- threads ----------------------------------------------------------------------
-    def _spawn(self, loop: _Loop) -> None:
-        with self._lock:
-            loop.generation += 1
-            generation = loop.generation
-            loop.due = self.clock() + self._bound(0.0)
-        thread = threading.Thread(
-            target=self._guarded, args=(loop, generation), name=f"controller-{loop.name}"
-        )
-        thread.daemon = True
-        loop.thread = thread
-        thread.start()
+    def _live(self) -> bool:
+        return not self.stopped.is_set() and not self._gone
 
-    def _current(self, loop: _Loop, generation: int) -> bool:
-        return loop.generation == generation and not self.stopped.is_set() and not self._gone
+    def _failed(self, loop: Loop, exc: Exception, failures: int) -> None:
+        """A cycle raised: logged, told as a lost contact, retried after a backoff."""
+        log.exception("controller link %s: unexpected error; retrying", loop.name)
+        self.post(ms.ContactLost(f"link error ({type(exc).__name__}): retrying"))
+        self._wait(loop, retry_delay(failures, self.rand(), self._cap(), None))
 
-    def _guarded(self, loop: _Loop, generation: int) -> None:
-        """Run the loop's cycles; an exception costs one cycle, never the thread."""
-        failures = 0
-        while self._current(loop, generation):
-            try:
-                loop.run(generation)
-                failures = 0
-            except Exception as exc:
-                log.exception("controller link %s: unexpected error; retrying", loop.name)
-                self.post(ms.ContactLost(f"link error ({type(exc).__name__}): retrying"))
-                self._wait(loop, retry_delay(failures, self.rand(), self._cap(), None))
-                failures += 1
-
-    def _wait(self, loop: _Loop, seconds: float, event: threading.Event | None = None) -> bool:
+    def _wait(self, loop: Loop, seconds: float, event: threading.Event | None = None) -> bool:
         """Sleep up to `seconds` (declared as this cycle's bound); True if woken early."""
-        loop.due = self.clock() + self._bound(seconds)
-        return (event or self.stopped).wait(seconds)
+        return self._loops.wait(loop, seconds, event or self.stopped)
 
     def _bound(self, wait: float) -> float:
         return wait + WATCH_WAIT * (1 + WATCH_JITTER) + 2 * self.client.config.timeout + SLACK
@@ -216,8 +181,8 @@ class ControllerLink:
         if resumed is None:
             return
         attempt = 0
-        while not resumed and self._current(loop, generation):
-            self._arm(loop)
+        while not resumed and self._loops.current(loop, generation):
+            self._loops.arm(loop)
             answer = self._join()
             self.cycles["membership"] += 1
             if answer is None:
@@ -226,25 +191,22 @@ class ControllerLink:
                 return
             self._wait(loop, retry_delay(attempt, self.rand(), self._cap(), answer.retry_after))
             attempt += 1
-        while self._current(loop, generation):
+        while self._loops.current(loop, generation):
             self._wake.clear()
             # Only the first heartbeat of a confirmation skips the wait: retrying a failed one
             # at once would spin against an unreachable controller.
             if not self._confirm_now:
                 self._wait(loop, self.interval * (0.9 + 0.2 * self.rand()), self._wake)
             self._confirm_now = False
-            if not self._current(loop, generation):
+            if not self._loops.current(loop, generation):
                 return
-            self._arm(loop)
+            self._loops.arm(loop)
             rejoin = self._heartbeat()
             self.cycles["membership"] += 1
             if rejoin:
                 return
 
-    def _arm(self, loop: _Loop) -> None:
-        loop.due = self.clock() + self._bound(0.0)
-
-    def _resume(self, loop: _Loop, generation: int) -> bool | None:
+    def _resume(self, loop: Loop, generation: int) -> bool | None:
         """Carry on with the stored credential (an agent restart, a reboot): True once the
         controller takes it, False when it does not know it (join), None: stop.
 
@@ -252,8 +214,8 @@ class ControllerLink:
         credential, so a copy of this state directory elsewhere (an image, a clone) is stale
         from the moment this host presents the new one."""
         attempt = 0
-        while self._current(loop, generation):
-            self._arm(loop)
+        while self._loops.current(loop, generation):
+            self._loops.arm(loop)
             answer = self.client.heartbeat({**self.heartbeat_payload(), "renew": True})
             self.cycles["membership"] += 1
             if self._final(answer):
@@ -373,14 +335,14 @@ class ControllerLink:
     def _watch_loop(self, generation: int) -> None:
         loop = self._loops["watch"]
         attempt = 0
-        while self._current(loop, generation):
+        while self._loops.current(loop, generation):
             if not self.joined.is_set():
                 self._wait(loop, 1.0, self.joined)
                 continue
             started = self.clock()
-            self._arm(loop)
+            self._loops.arm(loop)
             answer = self.client.watch(self.version, self.watch_wait())
-            if self._final(answer) or not self._current(loop, generation):
+            if self._final(answer) or not self._loops.current(loop, generation):
                 return
             self.cycles["watch"] += 1
             delay = 0.0

@@ -4,163 +4,65 @@
 must carry out. It never reads a clock, touches a process or draws a random number: `now`
 (monotonic seconds) and `rand` (uniform in [0, 1)) come in with the event, so tests can
 drive whole timelines with a fake clock.
+
+Its events and actions are defined in machine_messages.py, the component's state in
+component_state.py; all are named here too (`machine.Start`, `machine.Phase`).
 """
 
 from __future__ import annotations
 
-import enum
 import signal
 from dataclasses import dataclass, replace
-from typing import Union
 
 from xce_agent.errors import UnexpectedEvent
 from xce_agent.supervision.backoff import is_crash_loop, recent_starts, restart_delay
+from xce_agent.supervision.component_state import ComponentState, ExitInfo, Phase
+from xce_agent.supervision.machine_messages import (
+    Action,
+    Adopted,
+    DecommissionExit,
+    Deferred,
+    Event,
+    Exited,
+    ProbeResult,
+    RunProbe,
+    SignalGroup,
+    Spawn,
+    Spawned,
+    SpawnFailed,
+    Start,
+    Stop,
+    Timer,
+)
 from xce_agent.supervision.spec import ComponentSpec, RestartPolicy
 from xce_protocol.reasons import Reason
 
-
-class Phase(str, enum.Enum):
-    STOPPED = "stopped"  # not running and not wanted
-    STARTING = "starting"  # spawn requested, pid not known yet
-    RUNNING = "running"
-    BACKOFF = "backoff"  # waiting to restart
-    STOPPING = "stopping"  # stop signal sent, waiting for the exit
-    EXITED = "exited"  # exited and the restart policy says leave it
-    FATAL = "fatal"  # crash loop or cannot start: given up until started again
-    HELD = "held"  # exited with a "decommissioned" code: the owner decides what next
-
-
-# --- events -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Start:
-    reason: str = "requested"
-    code: Reason = Reason.COMPONENT_STARTED
-
-
-@dataclass(frozen=True)
-class Stop:
-    reason: str = "requested"
-    code: Reason = Reason.COMPONENT_STOPPED
-
-
-@dataclass(frozen=True)
-class Spawned:
-    pid: int
-
-
-@dataclass(frozen=True)
-class SpawnFailed:
-    error: str
-
-
-@dataclass(frozen=True)
-class Deferred:
-    """The start was not made: its record could not be saved first (prestart.py). Not a
-    start and not a crash: retried after a backoff that grows with each deferral."""
-
-    error: str
-    code: Reason = Reason.STATE_UNWRITABLE
-
-
-@dataclass(frozen=True)
-class Adopted:
-    pid: int
-    started_at: float  # monotonic time the process started, as far as it can be known
-
-
-@dataclass(frozen=True)
-class Exited:
-    code: int | None  # None when killed by a signal or when the status is unknown
-    signal: int | None = None
-    pid: int | None = None  # which process; an exit of a process no longer tracked is ignored
-
-
-@dataclass(frozen=True)
-class Timer:
-    """Time passed; sent when `next_deadline` is reached."""
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    ok: bool
-    detail: str = ""
-
-
-Event = Union[Start, Stop, Spawned, SpawnFailed, Deferred, Adopted, Exited, Timer, ProbeResult]
-
-# --- actions ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Spawn:
-    pass
-
-
-@dataclass(frozen=True)
-class SignalGroup:
-    pid: int
-    signal: int
-
-
-@dataclass(frozen=True)
-class RunProbe:
-    pass
-
-
-@dataclass(frozen=True)
-class DecommissionExit:
-    code: int
-
-
-Action = Union[Spawn, SignalGroup, RunProbe, DecommissionExit]
-
-# --- state ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ExitInfo:
-    code: int | None
-    signal: int | None
-    error: str = ""
-
-    @property
-    def failed(self) -> bool:
-        return self.code != 0
-
-    def describe(self) -> str:
-        if self.error:
-            return f"failed to start: {self.error}"
-        if self.signal is not None:
-            try:
-                return f"killed by {signal.Signals(self.signal).name}"
-            except ValueError:
-                return f"killed by signal {self.signal}"
-        if self.code is None:
-            return "exited (status unknown: adopted process)"
-        return f"exited with code {self.code}"
-
-
-@dataclass(frozen=True)
-class ComponentState:
-    phase: Phase = Phase.STOPPED
-    wanted: bool = False
-    pid: int | None = None
-    started_at: float | None = None
-    deadline: float | None = None  # backoff end, or when to escalate a stop to SIGKILL
-    killed: bool = False
-    restart_after_stop: bool = False
-    rapid_exits: int = 0
-    restarts: int = 0
-    starts: tuple[float, ...] = ()
-    last_exit: ExitInfo | None = None
-    probe_next: float | None = None
-    probe_running: bool = False
-    probe_failures: int = 0
-    reason: str = ""
-    code: str = ""  # the reason's code (xce_protocol.reasons), "" before anything happened
-    deferrals: int = 0  # starts deferred in a row because the record could not be saved
+__all__ = [
+    "ALLOWED",
+    "DEFER_FIRST",
+    "DEFER_MAX",
+    "Action",
+    "Adopted",
+    "ComponentState",
+    "DecommissionExit",
+    "Deferred",
+    "Event",
+    "ExitInfo",
+    "Exited",
+    "Phase",
+    "ProbeResult",
+    "RunProbe",
+    "SignalGroup",
+    "Spawn",
+    "SpawnFailed",
+    "Spawned",
+    "Start",
+    "Stop",
+    "Timer",
+    "Transition",
+    "next_deadline",
+    "step",
+]
 
 
 @dataclass(frozen=True)

@@ -4,32 +4,42 @@ The set of components can change while running (`add`, `replace`, `remove`: a re
 config); a removed component is stopped to the end and leaves the state only once nothing
 of it runs. Output is read in bounded bites (output.py), so a flooding component never
 delays another one's exit handling.
+
+The processes are watched through their pidfds in pidfds.py; what the owner plugs in (the
+singleton gate, the start guard, the callbacks) is in seams.py; the log line of each change
+in change_log.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
 import random
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Protocol
 
 from xce_agent.errors import UnexpectedEvent
 from xce_agent.supervision import machine as m
 from xce_agent.supervision.cgroups import CgroupTree
+from xce_agent.supervision.change_log import log_change
 from xce_agent.supervision.event_queue import EventQueue
-from xce_agent.supervision.identity import ProcessIdentity, current
+from xce_agent.supervision.identity import ProcessIdentity
 from xce_agent.supervision.output_reader import OutputReaders
+from xce_agent.supervision.pidfds import Pidfds
 from xce_agent.supervision.probes import run_probe
-from xce_agent.supervision.process import Handle, ProcessRunner, SpawnError
+from xce_agent.supervision.process import ProcessRunner, SpawnError
 from xce_agent.supervision.reactor import Reactor, TimerHandle
+from xce_agent.supervision.seams import (
+    ChangeCallback,
+    DecommissionCallback,
+    Gate,
+    StartGuard,
+    ignore_change,
+    ignore_decommission,
+)
 from xce_agent.supervision.spec import (
     STOP_SIGNAL,
     STOP_TIMEOUT,
@@ -42,35 +52,8 @@ from xce_protocol.reasons import Reason
 
 log = logging.getLogger(__name__)
 
-ChangeCallback = Callable[[str, m.ComponentState], None]
-DecommissionCallback = Callable[[str, int], None]
 _BUSY = (m.Phase.RUNNING, m.Phase.STARTING, m.Phase.STOPPING)
 _UNWRITABLE = {"reason_code": Reason.STATE_UNWRITABLE.value}
-
-
-def _ignore_change(name: str, state: m.ComponentState) -> None:
-    return None
-
-
-def _ignore_decommission(name: str, code: int) -> None:
-    return None
-
-
-class Gate(Protocol):
-    """Who decides when a singleton component may run (xce_agent/singletons/runner.py)."""
-
-    def __contains__(self, name: str) -> bool: ...
-    def holds(self, name: str) -> bool: ...
-    def want(self, name: str, reason: str) -> None: ...
-    def unwant(self, name: str, reason: str) -> None: ...
-
-
-class StartGuard(Protocol):
-    """What must hold before and right after each start (xce_agent/components/prestart.py):
-    each returns "" to go on, else why the start is deferred."""
-
-    def before_start(self, name: str) -> str: ...
-    def started(self, name: str, identity: ProcessIdentity) -> str: ...
 
 
 class Supervisor:
@@ -88,8 +71,8 @@ class Supervisor:
         reactor: Reactor,
         runner: ProcessRunner | None = None,
         output_dir: Path | None = None,
-        on_change: ChangeCallback = _ignore_change,
-        on_decommission_exit: DecommissionCallback = _ignore_decommission,
+        on_change: ChangeCallback = ignore_change,
+        on_decommission_exit: DecommissionCallback = ignore_decommission,
         rand: Callable[[], float] = random.random,
         probe: Callable[[ProbeSpec], tuple[bool, str]] = run_probe,
         on_output: Callable[[str], None] | None = None,
@@ -98,7 +81,7 @@ class Supervisor:
         self._states: dict[str, m.ComponentState] = {}
         self.reactor = reactor
         self._runner = runner or ProcessRunner()
-        self._handles: dict[str, Handle] = {}
+        self._pidfds = Pidfds(reactor, self._runner, self._exited)
         self.on_change = on_change
         self.on_decommission_exit = on_decommission_exit
         self.retiring: set[str] = set()  # removed from the config, stopping to the end
@@ -196,27 +179,19 @@ class Supervisor:
         return self._states[name]
 
     def send_signal(self, name: str, signum: int) -> bool:
-        """Signal the component's process through its pidfd, so a reused pid never gets it;
-        False when it has no process."""
-        handle = self._handles.get(name)
-        if handle is None:
-            return False
-        try:
-            signal.pidfd_send_signal(handle.pidfd, signum)
-        except ProcessLookupError:
-            return False
-        return True
+        """Signal the component's process through its pidfd; False when it has none."""
+        return self._pidfds.send_signal(name, signum)
 
     def role_down(self, role: str) -> bool:
         """No component of the role runs, starts or stops."""
         names = [name for name, spec in self.specs.items() if spec.role == role]
-        return all(self._states[n].phase not in _BUSY and n not in self._handles for n in names)
+        return all(self._states[n].phase not in _BUSY and n not in self._pidfds for n in names)
 
     def watched(self, name: str) -> bool:
-        return name in self._handles
+        return name in self._pidfds
 
     def watched_pids(self) -> list[int]:
-        return [handle.pid for handle in self._handles.values()]
+        return self._pidfds.pids()
 
     def containment(self) -> CgroupTree | None:
         return self._runner.cgroups
@@ -252,7 +227,7 @@ class Supervisor:
         now = self.reactor.clock.monotonic()
         started = recorded.started_epoch()
         age = max(0.0, time.time() - started) if started else 0.0
-        self._watch(name, handle)
+        self._pidfds.watch(name, handle)
         self.post(name, m.Adopted(handle.pid, now - age))
         log.info("%s: adopted running process %d", name, handle.pid)
         if adoption.replace and replace_changed:
@@ -278,16 +253,14 @@ class Supervisor:
 
     def identities(self) -> dict[str, ProcessIdentity]:
         """The identities to record, following an exec since the start (see `current`)."""
-        for handle in self._handles.values():
-            handle.identity = current(handle.identity)
-        return {name: handle.identity for name, handle in self._handles.items()}
+        return self._pidfds.identities()
 
     def tail(self, name: str) -> tuple[str, ...]:
         return self._outputs.tail(name)
 
     def idle(self) -> bool:
         """No process is running and none is being started or stopped."""
-        if self._handles or any(s.phase in _BUSY for s in self._states.values()):
+        if self._pidfds or any(s.phase in _BUSY for s in self._states.values()):
             return False
         return not any(self._runner.contained_alive(name) for name in self.specs)
 
@@ -295,10 +268,7 @@ class Supervisor:
         """Let go of everything without touching the processes (agent restart)."""
         for timer in [*self._timers.values(), *self._drains.values()]:
             timer.cancel()
-        for name in list(self._handles):
-            handle = self._handles.pop(name)
-            self.reactor.remove_reader(handle.pidfd)
-            os.close(handle.pidfd)
+        self._pidfds.close()
         self._outputs.close_all()
 
     # --- event processing -------------------------------------------------------------
@@ -323,7 +293,7 @@ class Supervisor:
             self._perform(name, action)
         after = self._states[name]
         if (before.phase, before.pid, before.restarts) != (after.phase, after.pid, after.restarts):
-            self._log_change(name, before, after)
+            log_change(name, self.specs[name].role, before, after)
             if after.phase is m.Phase.RUNNING and before.phase is m.Phase.STARTING:
                 self.notes.pop(name, None)
             self.on_change(name, after)
@@ -374,37 +344,18 @@ class Supervisor:
             log.error("%s: cannot start: %s", name, exc)
             self.post(name, m.SpawnFailed(str(exc)))
             return
-        self._watch(name, handle)
+        self._pidfds.watch(name, handle)
         why = self.guard.started(name, handle.identity) if self.guard is not None else ""
         if why:
             log.error("%s: stopped at once: %s", name, why, extra=_UNWRITABLE)
-            self._discard(name, handle)
+            self._pidfds.discard(name, handle)
             self.post(name, m.Deferred(why))
             return
         self.post(name, m.Spawned(handle.pid))
 
-    def _discard(self, name: str, handle: Handle) -> None:
-        """Kill a process just started whose record could not be saved, and wait for it."""
-        self._runner.signal_group(handle.pid, signal.SIGKILL, name)
-        self.reactor.remove_reader(handle.pidfd)
-        if handle.popen is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                handle.popen.wait(timeout=5)
-        os.close(handle.pidfd)
-        if self._handles.get(name) is handle:
-            del self._handles[name]
-
-    def _watch(self, name: str, handle: Handle) -> None:
-        self._handles[name] = handle
-        self.reactor.add_reader(handle.pidfd, lambda: self._on_exit(name, handle))
-
-    def _on_exit(self, name: str, handle: Handle) -> None:
-        self.reactor.remove_reader(handle.pidfd)
-        code, signum = self._runner.reap(handle)
-        if self._handles.get(name) is handle:
-            del self._handles[name]
+    def _exited(self, name: str, code: int | None, signum: int | None, pid: int) -> None:
         self._outputs.read_unless_paused(name)
-        self.post(name, m.Exited(code, signum, handle.pid))
+        self.post(name, m.Exited(code, signum, pid))
 
     def _watch_drain(self, name: str, interval: float = 0.01) -> None:
         """Once the main process is gone, wake up until its cgroup is empty too."""
@@ -445,20 +396,3 @@ class Supervisor:
             self.reactor.call_soon_threadsafe(lambda: self.post(name, m.ProbeResult(ok, detail)))
 
         threading.Thread(target=work, name=f"probe-{name}", daemon=True).start()
-
-    def _log_change(self, name: str, before: m.ComponentState, after: m.ComponentState) -> None:
-        detail = after.reason or (after.last_exit.describe() if after.last_exit else "")
-        pid = f" pid {after.pid}" if after.pid else ""
-        suffix = f" ({detail})" if detail else ""
-        fields = {"component": name, "role": self.specs[name].role, "reason_code": after.code}
-        level = logging.WARNING if after.phase is m.Phase.FATAL else logging.INFO
-        log.log(
-            level,
-            "%s: %s -> %s%s%s",
-            name,
-            before.phase.value,
-            after.phase.value,
-            pid,
-            suffix,
-            extra=fields,
-        )
