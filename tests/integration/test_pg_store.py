@@ -172,12 +172,13 @@ def test_copy_store_moves_a_cluster_and_checks_it_by_replay(tmp_path: Path, pg_d
     r = xce_controller("copy-store", "--from", str(source), "--to", pg_dsn)
     assert r.returncode == 0, r.stderr
     assert "replay matches" in r.stdout and "2 hosts" in r.stdout
-    copied = open_store(pg_dsn)
+    copied, original = open_store(pg_dsn), open_store(str(source))
     try:
-        assert copied.facts() == open_store(str(source)).facts()
+        assert copied.facts() == original.facts()
         assert copied.load()[0].hosts == copied.replay().hosts
     finally:
         copied.close()
+        original.close()  # copy-store refuses a store another process has open
     again = xce_controller("copy-store", "--from", str(source), "--to", pg_dsn)
     assert again.returncode == 1 and "already holds a cluster" in again.stderr
 

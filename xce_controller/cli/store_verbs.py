@@ -8,6 +8,7 @@ exactly the hosts and jobs copied, which must be the source's.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def migrate(db: str) -> None:
 
             before = -1
             Store(Path(db)).close()
-    except (StorageUnavailable, SchemaTooNew) as exc:
+    except (StorageUnavailable, SchemaTooNew, sqlite3.Error) as exc:
         raise XceError(f"{describe(db)}: {exc}") from exc
     if before == SCHEMA_VERSION:
         click.echo(f"{describe(db)}: already at schema version {SCHEMA_VERSION}")
@@ -58,18 +59,27 @@ def _pg_version(db: str) -> int:
 @click.option("--to", "target", required=True, help="PostgreSQL connection string.")
 def copy_store(source: Path, target: str) -> None:
     """Copy a SQLite store into an empty PostgreSQL database, checked by replay."""
+    from xce_controller.store.backup import BackupError, refuse_if_open
     from xce_controller.store.sqlite import Store
 
     if not is_postgres(target):
         raise UsageError(f"--to: expected a PostgreSQL connection string, got {target!r}")
     if not source.is_file():
         raise UsageError(f"--from: {source}: no such database file")
+    try:  # a serving controller would go on writing what the copy never gets
+        refuse_if_open(source)
+        Store(source).close()
+    except BackupError as exc:
+        raise XceError(str(exc)) from None
+    except sqlite3.Error as exc:
+        raise XceError(f"--from: {source}: {exc}") from exc
     try:
         src = Store(source)
         from xce_controller.store.postgres import PgStore
 
         dst = PgStore(target)
     except (StorageUnavailable, SchemaTooNew) as exc:
+        src.close()
         raise XceError(f"{describe(target)}: {exc}") from exc
     try:
         cluster, seen = src.load()

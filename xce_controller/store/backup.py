@@ -76,7 +76,7 @@ def restore(source: Path, db: Path) -> Checked:
     checked = check(source, copy_first=True)
     try:
         if db.exists():
-            _refuse_if_open(db)
+            refuse_if_open(db)
             kept = db.with_name(db.name + BEFORE_RESTORE)
             _remove(kept)
             private(kept)
@@ -131,8 +131,9 @@ def check(path: Path, copy_first: bool = False) -> Checked:
     return Checked(facts, len(stored.hosts), len(stored.jobs))
 
 
-def _refuse_if_open(db: Path) -> None:
-    """A WAL database leaves WAL mode only when no other connection has it open."""
+def refuse_if_open(db: Path) -> None:
+    """A WAL database leaves WAL mode only when no other connection has it open (a serving
+    controller): restore and copy-store need its controller stopped."""
     conn = sqlite3.connect(str(db), isolation_level=None, timeout=1)
     try:
         (mode,) = conn.execute("PRAGMA journal_mode=DELETE").fetchone()
