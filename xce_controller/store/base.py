@@ -28,6 +28,13 @@ class StorageUnavailable(Exception):
         self.cause = cause
 
 
+class OutcomeUnknown(StorageUnavailable):
+    """The connection was lost after COMMIT was sent: the change may or may not be stored.
+    The answer must say so (never "nothing was changed"), and a client must not send the
+    change to another replica: it reads the outcome back, or retries a change that is
+    idempotent (a join, a heartbeat, a report) where it was."""
+
+
 class StaleState(Exception):
     """Another replica appended facts after this one last read the log: the change was decided
     on an old state and nothing of it was stored. The caller catches up and decides again."""
