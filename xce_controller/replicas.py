@@ -16,15 +16,20 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable
-from contextlib import suppress
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, cast
 
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
-from xce_controller.store.base import SharedStore, StorageUnavailable, Store
+from xce_controller.shared_reads import SharedReads
+from xce_controller.store.base import Numbered, SharedStore, Store
 
 log = logging.getLogger(__name__)
 POLL = 1.0  # seconds between reads of the log's head when no NOTIFY came
+# The longest a request waits for its read of the log before it is answered from memory (a
+# change decided there is still refused by the store if the log moved): a database that
+# stops answering holds no request longer, and the store's own deadline ends the read.
+FOLLOW_WAIT = 1.0
 
 
 class Controller(Protocol):
@@ -59,17 +64,46 @@ class Replica:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._liveness = 0.0
         self.dirty = False  # a reload failed: the memory may hold facts never stored
+        # Reads of the database made off the event loop, one at a time (shared_reads.py).
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-follow")
+        self.reads = SharedReads(self._read)
+        self._tasks: set[asyncio.Future[None]] = set()
 
     # --- the log ------------------------------------------------------------------------
     def catch_up(self) -> int:
         """Apply what others appended since this replica's version; the facts applied."""
-        ctl = self.ctl
         if self.dirty:
             self.reload()
             return 0
         started = time.monotonic()
-        rows = ctl.store.facts_after(ctl.cluster.version)
+        rows = self.ctl.store.facts_after(self.ctl.cluster.version)
         self.store_seconds += time.monotonic() - started
+        return self._apply(rows)
+
+    async def current(self) -> None:
+        """Every fact committed before this call applied here, read off the event loop; one
+        read serves every request that arrived before it began (reads.py). Raises
+        StorageUnavailable, or TimeoutError past FOLLOW_WAIT: the caller answers from memory."""
+        if self.dirty:
+            self.reload()
+            return
+        await asyncio.wait_for(asyncio.shield(self.reads.after_now()), FOLLOW_WAIT)
+
+    async def _read(self) -> None:
+        """One read of the log past this replica's version, applied on the loop."""
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        rows = await loop.run_in_executor(
+            self._reader, self.ctl.store.facts_after, self.ctl.cluster.version
+        )
+        self.store_seconds += time.monotonic() - started
+        if not self.dirty:
+            self._apply(rows)
+
+    def _apply(self, rows: list[Numbered]) -> int:
+        ctl = self.ctl
+        # The replica's own commits, made while the read was under way, are in memory already.
+        rows = [row for row in rows if row[0] > ctl.cluster.version]
         if not rows:
             return 0
         if rows[0][0] != ctl.cluster.version + 1:  # never for a gapless log; guards a bug
@@ -84,18 +118,16 @@ class Replica:
         self._told(facts, touched)
         return len(facts)
 
-    def rewind(self, mark: tuple[int, int], catch_up: bool = True) -> None:
+    def rewind(self, mark: tuple[int, int]) -> None:
         """A change not stored (refused as stale, or the database away) taken back in the
-        entries it touched, then what the others appended applied: the cost is the change's
-        and the new facts', not the cluster's. The whole reload stays the fallback."""
+        entries it touched: the cost is the change's, not the cluster's; what the others
+        appended is applied by the next read, before any decision. The whole reload stays
+        the fallback."""
         try:
             self.ctl.cluster.rewind(mark)
         except Exception:  # a bug in the journal: the stored state is the truth
             log.exception("rewind failed; reloading the stored state")
             self.dirty = True
-        if catch_up:
-            with suppress(StorageUnavailable):  # the next catch-up (before any decision) tries
-                self.catch_up()
 
     def reload(self) -> None:
         """The whole state read again (after a stale change): every changed host is woken."""
@@ -122,13 +154,22 @@ class Replica:
     def refresh(self, keys: Iterable[str]) -> None:
         """Heartbeat times other replicas stored, and when the shared table last started
         empty (a crash or failover): no host is judged lost by beats the database lost."""
-        store = self.store
-        wanted = list(keys)
-        if wanted:
-            for key, at in store.seen_of(wanted).items():
-                if at > self.ctl.seen.get(key, 0.0):
-                    self.ctl.seen[key] = at
-        since = store.liveness_since()
+        self._take_liveness(*self._read_liveness(list(keys)))
+
+    async def refreshed(self, keys: Iterable[str]) -> None:
+        """refresh(), its reads off the event loop."""
+        loop = asyncio.get_running_loop()
+        read = await loop.run_in_executor(self._reader, self._read_liveness, list(keys))
+        self._take_liveness(*read)
+
+    def _read_liveness(self, wanted: list[str]) -> tuple[dict[str, float], float]:
+        seen = self.store.seen_of(wanted) if wanted else {}
+        return seen, self.store.liveness_since()
+
+    def _take_liveness(self, seen: dict[str, float], since: float) -> None:
+        for key, at in seen.items():
+            if at > self.ctl.seen.get(key, 0.0):
+                self.ctl.seen[key] = at
         if since > self._liveness:
             self._liveness = since
             if since > self.ctl.alive_since:
@@ -153,16 +194,26 @@ class Replica:
         self.listener_up = bool(self.listener is not None and self.listener.connected.is_set())
         if head is not None and head <= self.ctl.cluster.version:
             return  # this replica's own commit, or one already applied
+        self.spawn(self._told_of(head, told))
+
+    async def _told_of(self, head: int | None, told: float) -> None:
         try:
-            self.catch_up()
+            await self.current()
         except Exception as exc:  # the database is down: the next poll tries again
             log.debug("catch-up failed: %s", exc)
             return
         if head is not None:
             self.lag = time.monotonic() - told
 
+    def spawn(self, work: Any) -> None:
+        """A task of this replica's, kept until it ends (the loop holds only weak ones)."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def stop(self) -> None:
         if self.listener is not None:
             self.listener.stop()
             self.listener = None
         self._loop = None
+        self._reader.shutdown(wait=False, cancel_futures=True)

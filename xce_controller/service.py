@@ -46,6 +46,7 @@ from xce_controller.core.model import (
 )
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
+from xce_controller.stall_watch import TICK, StallWatch
 from xce_controller.store.base import SharedStore, StaleState, StorageUnavailable, Store
 from xce_controller.watch_expiry import Expiries
 from xce_protocol.errors import ConfigError
@@ -126,6 +127,9 @@ class Controller:
         for key in self.cluster.hosts:
             self._schedule(key)
         self._released = False  # stopping: watches answer at once
+        shared = cast(SharedStore, store)
+        self.stall = StallWatch(shared.reachable if store.shared else lambda: True)
+        self._ticker: asyncio.TimerHandle | None = None
 
     # --- changes ----------------------------------------------------------------------
     def _leases_committed(self, facts: list[Fact]) -> None:
@@ -179,7 +183,7 @@ class Controller:
                 # Stored or not (a connection lost at COMMIT), the state at the mark is the
                 # log's up to it: the next catch-up reads the commit back if it happened.
                 assert self.replica is not None
-                self.replica.rewind(mark, catch_up=False)
+                self.replica.rewind(mark)
             else:
                 self._reload()
             raise
@@ -266,8 +270,24 @@ class Controller:
         delay = min(max(0.0, due - self.clock()), MAX_SLEEP)
         self._handle = self._loop.call_later(delay, self._fire)
 
+    def _tick(self) -> None:
+        self._stalled()
+        if self._loop is not None:
+            self._ticker = self._loop.call_later(TICK, self._tick)
+
+    def _stalled(self) -> None:
+        """A stall just ended (stall_watch.py): every host's grace starts again now."""
+        gap = self.stall.ended()
+        if not gap:
+            return
+        log.warning("could not hear hosts for %.1f s (a stall): every host gets a fresh grace", gap)
+        self.alive_since = max(self.alive_since, self.clock())
+        for key in self.cluster.hosts:
+            self._schedule(key)
+
     def _fire(self) -> None:
         self._handle = self._armed = None
+        self._stalled()  # before anything is judged: the timer may run first after a stall
         now = self.clock()
         keys = self.timers.pop_due(now)
         if self.replica is not None:
@@ -294,12 +314,18 @@ class Controller:
 
     def _fire_shared(self, keys: list[str], now: float) -> None:
         """A timer among replicas: decided on the whole log and every replica's heartbeat
-        times, by whichever replica commits first; the others then find nothing due."""
+        times, by whichever replica commits first; the others then find nothing due. Its
+        reads are made off the event loop (a database that stops answering holds no request)."""
+        assert self.replica is not None
+        self.replica.spawn(self._timer_pass(keys, now))
+
+    async def _timer_pass(self, keys: list[str], now: float) -> None:
         assert self.replica is not None
         retry = RETRY
         try:
-            self.replica.catch_up()
-            self.replica.refresh(keys)
+            await self.replica.current()
+            await self.replica.refreshed(keys)
+            now = max(now, self.clock())  # the reads took a while
             facts = [
                 f
                 for key in keys
@@ -310,9 +336,10 @@ class Controller:
                 self.commit(facts)
         except StaleState:
             retry = 0.0  # another replica moved the log: look again at once, on the new state
+        except (StorageUnavailable, asyncio.TimeoutError):
+            pass  # the database away or not answering: the pass is tried again in RETRY
         except Exception:
-            if not self.storage_down:
-                log.exception("timer pass failed")
+            log.exception("timer pass failed")
         else:
             retry = -1.0
         for key in keys:
@@ -326,6 +353,7 @@ class Controller:
             with contextlib.suppress(StorageUnavailable):  # the first timer pass retries
                 self.replica.refresh(())
         self._arm()
+        self._tick()
         if self.tune_gc:
             self._freeze()
 
@@ -366,7 +394,7 @@ class Controller:
                     fut.set_result(None)
 
     async def stop(self) -> None:
-        for handle in (self._handle, self._freezer):
+        for handle in (self._handle, self._freezer, self._ticker):
             if handle is not None:
                 handle.cancel()
         self.expiries.close()

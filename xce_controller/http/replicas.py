@@ -2,13 +2,15 @@
 replica, and a change decided on a state another replica moved meanwhile is decided again.
 
 Before the request, the replica applies what the others appended (one indexed read of the
-log past its version). A commit decided on an older log is refused by the store (StaleState),
-nothing of it stored; the request is then run again on the caught-up state, from its
-buffered body, up to RETRIES times, and answered 503 (retry) past that. Only a request whose
-answer has not started can be run again; a refusal comes before any answer. After the first
-tries, each waits a random while (up to a bound that doubles): replicas racing on every
-change (a burst of joins over all of them) otherwise overtake one another in lockstep until
-one runs out of tries.
+log past its version, made off the event loop and shared by every request that arrived
+before it began: shared_reads.py). A commit decided on an older log is refused by the
+store (StaleState), nothing of it stored; the request is then run again on the caught-up
+state, from its buffered body, up to RETRIES times, and answered 503 (retry) past that. Only
+a request whose answer has not started can be run again; a refusal comes before any answer.
+After the first tries, each waits a random while (up to a bound that doubles): replicas
+racing on every change (a burst of joins over all of them) otherwise overtake one another in
+lockstep until one runs out of tries. A database that stops answering holds a request for
+FOLLOW_WAIT at most (replicas.py): it is then answered from memory.
 """
 
 from __future__ import annotations
@@ -77,9 +79,10 @@ class CatchUp:
             started = True
             await send(message)
 
-        # The database down: answered from memory; a change is refused by the store anyway.
-        with contextlib.suppress(StorageUnavailable):
-            self.ctl.replica.catch_up()
+        # The database down or not answering within FOLLOW_WAIT: answered from memory; a
+        # change decided there is refused by the store anyway (stale, or unavailable).
+        with contextlib.suppress(StorageUnavailable, asyncio.TimeoutError):
+            await self.ctl.replica.current()
         try:
             await self.app(scope, replay, sending)
         except StaleState:

@@ -126,6 +126,9 @@ class SharedStore(Store, Protocol):
     def liveness_since(self) -> float:
         """When the shared heartbeat times last started empty (database clock)."""
 
+    def reachable(self) -> bool:
+        """False while the database is known unreachable (calls then fail at once)."""
+
     def db_time(self) -> float:
         """The database's clock, seconds since the epoch."""
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -33,11 +34,13 @@ from xce_controller.core.model import Cluster, Fact
 from xce_controller.store.base import (
     FLOOR_ROW,
     Numbered,
+    OutcomeUnknown,
     SchemaTooNew,
     StaleState,
     StorageUnavailable,
 )
 from xce_controller.store.pg_background import Beats, Outage
+from xce_controller.store.pg_deadline import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +73,32 @@ CONNECT_TIMEOUT = 5.0
 # its transaction this long (rolled back; the stopped replica finds its connection gone and
 # answers 503, its change never stored). Far above any pause between a transaction's
 # statements, which are sent back to back.
-IDLE_IN_TRANSACTION = "5s"
+IDLE_IN_TRANSACTION = "2s"
 # A wait for a lock past this fails the change (503, retried) instead of hanging; above the
 # idle timeout, so a stopped holder is cut by the server first and nobody else times out.
-LOCK_TIMEOUT = "15s"
+LOCK_TIMEOUT = "3s"
+# The longest a call waits for the server's answer before its connection is cut
+# (pg_deadline.py): above the lock timeout, so a server that answers at all answers first.
+DEADLINE = 4.0
+LONG = 60.0  # the whole state read at once (a start, a reload) at the largest sizes
+# How a connection over TCP notices a peer gone without a word (a partition, a machine
+# lost): keepalive probes on an idle connection, and a bound on data sent but never
+# acknowledged. Given only where the connection string does not say otherwise.
+TCP_BOUNDS = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "9000",
+}
 
 
 class PgStore:
     shared = True
 
     def __init__(self, conninfo: str, migrate: bool = True, explicit: bool = False) -> None:
-        self.conninfo = conninfo
+        self.conninfo = conninfo = with_tcp_bounds(conninfo)
+        self.watchdog = Watchdog()
         try:  # one direct connection first: its error names the cause; the pool's would not
             psycopg.connect(conninfo, connect_timeout=int(CONNECT_TIMEOUT)).close()
         except psycopg.Error as exc:
@@ -105,12 +123,13 @@ class PgStore:
             self.version = self._schema(migrate, explicit)
         except BaseException:
             self.pool.close()
+            self.watchdog.close()
             raise
         self.beats = Beats(self._write_seen)
 
     # --- schema -------------------------------------------------------------------------
     def _schema(self, migrate: bool, explicit: bool) -> int:
-        with self._tx() as cur:
+        with self._tx(limit=LONG) as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
             cur.execute("SELECT to_regclass('schema_version') IS NOT NULL")
             row = cur.fetchone()
@@ -142,32 +161,42 @@ class PgStore:
 
     # --- plumbing -----------------------------------------------------------------------
     @contextmanager
-    def _tx(self, read_only: bool = False, alone: bool = False) -> Iterator[psycopg.Cursor[Any]]:
-        """One transaction; any database failure as StorageUnavailable after rollback. While
-        the database is known unreachable, at once (pg_background.Outage)."""
+    def _tx(
+        self, read_only: bool = False, alone: bool = False, limit: float | None = DEADLINE
+    ) -> Iterator[psycopg.Cursor[Any]]:
+        """One transaction, its connection cut past `limit` seconds without an answer; any
+        database failure as StorageUnavailable after rollback (OutcomeUnknown when the
+        connection was lost with the COMMIT in flight). While the database is known
+        unreachable, at once (pg_background.Outage)."""
         if self.outage.cause:
             raise StorageUnavailable(self.outage.cause)
+        cut = [False]
+        committing = False
+        wait = CONNECT_TIMEOUT if limit is None else min(limit, CONNECT_TIMEOUT)
         try:
-            with self.pool.connection() as conn:
+            with (
+                self.pool.connection(timeout=wait) as conn,
+                self.watchdog.bound(conn.fileno(), limit) as cut,
+            ):
                 if alone:  # one statement: its own snapshot, one round trip (no BEGIN/END)
                     with conn.cursor() as cur:
                         yield cur
                     return
                 if read_only:
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    try:
-                        with conn.cursor() as cur:
-                            yield cur
-                    finally:
-                        with suppress(psycopg.Error):  # a broken connection is dropped
-                            conn.execute("ROLLBACK")
+                    yield from _read_only(conn)
                     return
-                with conn.transaction(), conn.cursor() as cur:
-                    yield cur
+                with conn.transaction():
+                    with conn.cursor() as cur:
+                        yield cur
+                    committing = True  # what fails from here on is the COMMIT itself
         except psycopg.Error as exc:
-            if _unreachable(exc):
-                self.outage.begin(_why(exc))
-            raise StorageUnavailable(_why(exc)) from exc
+            lost = cut[0] or _unreachable(exc)
+            why = f"the database did not answer within {limit:.0f} s" if cut[0] else _why(exc)
+            if lost:
+                self.outage.begin(why)
+            if lost and committing:
+                raise OutcomeUnknown(why) from exc
+            raise StorageUnavailable(why) from exc
         except Exception as exc:  # the pool's own timeout: no connection could be had
             if type(exc).__module__.startswith("psycopg_pool"):
                 self.outage.begin(f"no database connection: {exc}")
@@ -175,16 +204,21 @@ class PgStore:
             raise
 
     def _probe(self) -> None:
-        """From the outage's thread: raises while the database is unreachable. Once it is
-        back, the pool drops the connections the outage broke, so no call meets one."""
-        psycopg.connect(self.conninfo, connect_timeout=int(CONNECT_TIMEOUT)).close()
+        """From the outage's thread: raises while the database is unreachable or does not
+        answer. Once it is back, the pool drops the connections the outage broke, so no call
+        meets one."""
+        conn = psycopg.connect(self.conninfo, connect_timeout=int(CONNECT_TIMEOUT))
+        with conn, self.watchdog.bound(conn.fileno(), DEADLINE):
+            conn.execute("SELECT 1")
         with suppress(Exception):
             self.pool.check()
 
-    def _rows(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    def _rows(
+        self, sql: str, params: Any = (), limit: float | None = DEADLINE
+    ) -> list[tuple[Any, ...]]:
         """One reading statement. A replica catches up before each request (a heartbeat
         too): one round trip for it, where a transaction around it took three."""
-        with self._tx(alone=True) as cur:
+        with self._tx(alone=True, limit=limit) as cur:
             cur.execute(sql, params)
             return cur.fetchall()
 
@@ -192,7 +226,7 @@ class PgStore:
     def load(self) -> tuple[Cluster, dict[str, float]]:
         """The stored state and heartbeat times, read from one snapshot."""
         cluster = Cluster()
-        with self._tx(read_only=True) as cur:
+        with self._tx(read_only=True, limit=LONG) as cur:
             cur.execute("SELECT data FROM hosts")
             hosts = [host_from_json(json.loads(data)) for (data,) in cur.fetchall()]
             cur.execute("SELECT data FROM jobs")
@@ -210,7 +244,7 @@ class PgStore:
         return cluster, seen
 
     def facts(self) -> list[Fact]:
-        rows = self._rows("SELECT kind, at, by, data FROM facts ORDER BY seq")
+        rows = self._rows("SELECT kind, at, by, data FROM facts ORDER BY seq", limit=None)
         return [Fact(k, at, by, d) for k, at, by, d in rows]
 
     def replay(self) -> Cluster:
@@ -406,6 +440,9 @@ class PgStore:
             cur.execute("SELECT at FROM seen WHERE key = %s", (MARKER,))
             return float(_one(cur))
 
+    def reachable(self) -> bool:
+        return not self.outage.cause
+
     def db_time(self) -> float:
         """The database's clock, seconds since the epoch."""
         return float(self._rows("SELECT extract(epoch FROM clock_timestamp())")[0][0])
@@ -431,7 +468,7 @@ class PgStore:
     ) -> None:
         """Another store's whole content, into this empty one, in one transaction; the
         sequence numbers kept (an events follower's cursor stays good)."""
-        with self._tx() as cur:
+        with self._tx(limit=None) as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
             cur.execute("SELECT (SELECT COUNT(*) FROM facts) + (SELECT COUNT(*) FROM hosts)")
             if _one(cur):
@@ -468,6 +505,7 @@ class PgStore:
         self.beats.stop()
         self.outage.close()
         self.pool.close()
+        self.watchdog.close()
 
 
 class Listener:
@@ -521,6 +559,22 @@ class Listener:
                 if head is not None or time.monotonic() - last >= self.poll:
                     last = time.monotonic()
                     self.told(head)
+
+
+def with_tcp_bounds(conninfo: str) -> str:
+    """The connection string with TCP_BOUNDS added where it names none of its own."""
+    given = conninfo_to_dict(conninfo)
+    return make_conninfo(conninfo, **{k: v for k, v in TCP_BOUNDS.items() if k not in given})
+
+
+def _read_only(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        with conn.cursor() as cur:
+            yield cur
+    finally:
+        with suppress(psycopg.Error):  # a broken connection is dropped
+            conn.execute("ROLLBACK")
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:

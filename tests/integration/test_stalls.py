@@ -1,0 +1,155 @@
+"""Stalls: a database that stops answering (every one of its processes stopped, as a frozen
+machine is) and a controller that is itself stopped past the hosts' grace.
+
+- The database stopped for 9 s under two replicas: heartbeats are answered from memory
+  within FOLLOW_WAIT, never held for the stop; a change meets the store's deadline and is
+  answered 503 within it; once the database runs again, changes go through and no host is
+  declared lost (each replica's loss timers give a fresh grace after the stall).
+- A single SQLite controller stopped for 1.5 graces while its host keeps beating: on resume
+  the timer is due before the heartbeats waiting in its socket are read; the host must not
+  be judged lost by the time the controller could not hear it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import requests
+
+from tests.integration.controller_proc import ControllerProcess
+from tests.integration.helpers import wait_for
+from tests.integration.replica_set import CONFIG, JOIN_TOKEN, Replicas, call
+from tests.pg_server import PgCluster, need_pg
+from xce_controller.store.open import open_store
+
+FROZEN = 9.0  # seconds the database does not answer: past the 4 s grace and the deadline
+BEAT_BOUND = 2.5  # FOLLOW_WAIT (1 s) and a loaded machine's margin
+CHANGE_BOUND = 8.0  # the store's deadline (4 s) and margin; the stop itself is 9 s
+
+
+class Beater:
+    """A host's heartbeats every 0.3 s, each answer's status and seconds recorded."""
+
+    def __init__(self, url: str, name: str, cred: str) -> None:
+        self.url, self.name, self.cred = url, name, cred
+        self.answers: list[tuple[float, int, float]] = []  # (sent at, status, seconds)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> Beater:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.3):
+            began = time.monotonic()
+            try:
+                r = call(self.url, "POST", f"/v1/hosts/{self.name}/heartbeat", {}, self.cred)
+                status = r.status_code
+            except requests.RequestException:
+                status = -1
+            self.answers.append((began, status, time.monotonic() - began))
+
+    def between(self, start: float, end: float) -> list[tuple[float, int, float]]:
+        return [a for a in self.answers if start <= a[0] <= end]
+
+
+def _lost(dsn: str) -> list[dict[str, object]]:
+    store = open_store(dsn)
+    try:
+        return [f.data for f in store.facts() if f.kind == "state" and f.data["state"] == "lost"]
+    finally:
+        store.close()
+
+
+def _freeze(pid: int) -> list[psutil.Process]:
+    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    for proc in procs:
+        proc.send_signal(signal.SIGSTOP)
+    return procs
+
+
+def test_a_database_that_stops_answering_holds_no_heartbeat_and_loses_no_host(
+    tmp_path: Path,
+) -> None:
+    need_pg()
+    pg = PgCluster(port=5458)
+    replicas = None
+    frozen: list[psutil.Process] = []
+    try:
+        pg.primary.sql("CREATE DATABASE xce")
+        dsn = pg.primary.dsn("xce")
+        replicas = Replicas(tmp_path, dsn, 2).start()
+        a, b = replicas.urls
+        cred = call(a, "POST", "/v1/join", {"host": "h0"}, JOIN_TOKEN).json()["credential"]
+        with Beater(a, "h0", cred) as beats:
+            wait_for(lambda: len(beats.answers) >= 3, 30)
+            frozen = _freeze(pg.primary.proc_pid)
+            stopped = time.monotonic()
+            time.sleep(1.0)  # the stop under way, as a change would meet it
+            began = time.monotonic()
+            change = call(b, "POST", "/v1/expected", {"instance_id": "i-1", "template": "default"})
+            took = time.monotonic() - began
+            time.sleep(max(0.0, FROZEN - (time.monotonic() - stopped)))
+            for proc in frozen:
+                proc.send_signal(signal.SIGCONT)
+            frozen = []
+            resumed = time.monotonic()
+
+            def stored() -> bool:
+                body = {"instance_id": "i-2", "template": "default"}
+                return call(b, "POST", "/v1/expected", body).status_code == 201
+
+            wait_for(stored, 20, step=0.2)  # changes go through again
+            time.sleep(6.0)  # past a grace after the resume: a loss would show now
+        during = beats.between(stopped, resumed)
+        print("heartbeats while the database was stopped:", during)
+        print("the change:", change.status_code, round(took, 2), change.text)
+        assert len(during) >= 10, during  # the beats did arrive during the stop
+        assert {status for _, status, _ in beats.answers} == {200}, beats.answers
+        assert max(s for _, _, s in during) < BEAT_BOUND, during
+        assert change.status_code == 503 and took < CHANGE_BOUND, (change.text, took)
+        logs = "".join((tmp_path / f"replica{n}" / "controller.log").read_text() for n in (0, 1))
+        assert "did not answer within" in logs  # the deadline met the stop
+        assert _lost(dsn) == []
+        assert call(a, "GET", "/v1/hosts/h0").json()["state"] == "open"
+    finally:
+        for proc in frozen:
+            proc.send_signal(signal.SIGCONT)
+        if replicas is not None:
+            replicas.stop()
+        pg.close()
+
+
+def test_a_controller_stopped_past_the_grace_loses_no_host_that_kept_beating(
+    tmp_path: Path,
+) -> None:
+    ctl = ControllerProcess(tmp_path, CONFIG).start()
+    try:
+        cred = call(ctl.url, "POST", "/v1/join", {"host": "h0"}, JOIN_TOKEN).json()["credential"]
+        assert ctl.proc is not None
+        with Beater(ctl.url, "h0", cred) as beats:
+            wait_for(lambda: len(beats.answers) >= 3, 30)
+            os.kill(ctl.proc.pid, signal.SIGSTOP)
+            try:
+                time.sleep(6.0)  # 1.5 graces (4 s): every timer is overdue on resume
+            finally:
+                os.kill(ctl.proc.pid, signal.SIGCONT)
+            resumed = time.monotonic()
+            wait_for(lambda: len(beats.between(resumed, time.monotonic())) >= 3, 30)
+        state = call(ctl.url, "GET", "/v1/hosts/h0").json()["state"]
+        log = (tmp_path / "controller.log").read_text()
+    finally:
+        ctl.stop()
+    assert "could not hear hosts for" in log  # the stall was seen
+    assert _lost(str(ctl.db)) == []
+    assert state == "open"
