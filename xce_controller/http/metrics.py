@@ -103,6 +103,13 @@ class StateCollector:
             value=ctl.storage_errors,
         )
         yield CounterMetricFamily(
+            "xce_controller_stalls",
+            "Stalls ended since start: the controller could not hear its hosts (its loop "
+            "stopped, or its database away) past stall_watch.STALL; each gave every host a "
+            "fresh grace.",
+            value=ctl.stall.stalls,
+        )
+        yield CounterMetricFamily(
             "xce_controller_read_timeouts",
             "Connections closed because a request did not arrive within "
             "limits.request_read_timeout (slow or silent clients).",

@@ -53,6 +53,18 @@ class ReplicaCollector:
             ("store_commits", "Commits to the store.", r.commits),
             ("store_commit_seconds", "Time spent in commits to the store.", r.commit_seconds),
             ("store_read_seconds", "Time spent reading the log to catch up.", r.store_seconds),
+            ("store_reads", "Reads of the log made to catch up.", r.reads.reads),
+            (
+                "catch_ups",
+                "Requests and timer passes that waited for a read of the log (one read serves "
+                "every one that arrived before it began).",
+                r.reads.calls,
+            ),
+            (
+                "store_deadline_cuts",
+                "Calls to the store cut at their deadline: the database did not answer.",
+                r.store.deadline_cuts,
+            ),
         )
         for name, text, value in counters:
             yield CounterMetricFamily(f"xce_controller_replica_{name}", text, value=value)

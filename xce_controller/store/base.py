@@ -129,6 +129,10 @@ class SharedStore(Store, Protocol):
     def reachable(self) -> bool:
         """False while the database is known unreachable (calls then fail at once)."""
 
+    @property
+    def deadline_cuts(self) -> int:
+        """Calls cut at their deadline since start: the database did not answer."""
+
     def db_time(self) -> float:
         """The database's clock, seconds since the epoch."""
 

@@ -443,6 +443,10 @@ class PgStore:
     def reachable(self) -> bool:
         return not self.outage.cause
 
+    @property
+    def deadline_cuts(self) -> int:
+        return self.watchdog.cuts
+
     def db_time(self) -> float:
         """The database's clock, seconds since the epoch."""
         return float(self._rows("SELECT extract(epoch FROM clock_timestamp())")[0][0])
