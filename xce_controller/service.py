@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -46,7 +47,7 @@ from xce_controller.core.model import (
 )
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
-from xce_controller.stall_watch import TICK, StallWatch
+from xce_controller.stall_watch import TICK, StallWatch, first_look
 from xce_controller.store.base import SharedStore, StaleState, StorageUnavailable, Store
 from xce_controller.watch_expiry import Expiries
 from xce_protocol.errors import ConfigError
@@ -254,7 +255,13 @@ class Controller:
     def _schedule(self, key: str, at: float | None = None) -> None:
         host = self.cluster.hosts.get(key)
         if at is None and host is not None:
-            at = deadlines.next_due(host, self.cfg, self.seen.get(key), self.alive_since)
+            seen = self.seen.get(key)
+            at = deadlines.next_due(host, self.cfg, seen, self.alive_since)
+            if at is not None and deadlines.heard_from(host, seen, self.alive_since) == (
+                self.alive_since
+            ):  # a grace from a start, a stall or a failover: the same for every host
+                draw = random.random()  # noqa: S311 (spread, no secret)
+                at = first_look(at, self.clock(), self.cfg.host_loss_grace, draw)
         self.timers.set(key, at)
         self._arm()
 

@@ -7,6 +7,11 @@ the controller runs again, before it reads the heartbeats waiting for it. So onc
 longer than STALL ends, every host gets a fresh grace from its end (deadlines.py's
 alive_since), as after the controller's start or a failover. A tick every TICK seconds, and
 every timer pass before it decides, looks for one.
+
+After a stall (or a start, or a failover) every host's grace ends at the same instant. Each
+host is first looked at a random moment in the last half of its grace instead (first_look):
+a host heard since is then set again from its heartbeat, so the fleet's checks spread as its
+heartbeats do (5,000 hosts' checks at one instant held each replica's loop for about 100 ms).
 """
 
 from __future__ import annotations
@@ -39,3 +44,13 @@ class StallWatch:
         self.stalls += 1
         self.longest = max(self.longest, gap)
         return gap
+
+
+def first_look(due: float, now: float, grace: float, draw: float) -> float:
+    """When to look at a host whose grace began when every host's did (a start, a stall, a
+    failover) and ends at `due`, for a `draw` in [0, 1). Early is harmless (nothing is due
+    yet; the host is set again), late never; once in the grace's last half, at `due` itself,
+    so a host is looked at early once at most."""
+    if now >= due - grace / 2:
+        return due
+    return due - draw * grace / 2

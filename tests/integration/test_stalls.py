@@ -25,6 +25,10 @@ from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
 from tests.integration.replica_set import CONFIG, JOIN_TOKEN, Replicas, call
 from tests.pg_server import PgCluster, need_pg
+from xce_controller.core.config import load_cluster_config
+from xce_controller.core.lifecycle import JoinRequest
+from xce_controller.service import Controller
+from xce_controller.stall_watch import StallWatch
 from xce_controller.store.open import open_store
 
 FROZEN = 9.0  # seconds the database does not answer: past the 4 s grace and the deadline
@@ -153,3 +157,27 @@ def test_a_controller_stopped_past_the_grace_loses_no_host_that_kept_beating(
     assert "could not hear hosts for" in log  # the stall was seen
     assert _lost(str(ctl.db)) == []
     assert state == "open"
+
+
+def test_after_a_stall_the_fleet_s_checks_spread_over_the_last_half_of_the_grace(
+    tmp_path: Path,
+) -> None:
+    """Every host's grace begins again at the stall's end; looked at all at that grace's end,
+    5,000 hosts held each replica's loop for about 100 ms."""
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG)
+    ctl = Controller(load_cluster_config(config), open_store(str(tmp_path / "c.db")))
+    try:
+        for n in range(200):
+            ctl.join(JoinRequest(name=f"h{n}", token=JOIN_TOKEN))
+        ticks = [0.0]
+        ctl.stall = StallWatch(lambda: True, lambda: ticks[0])
+        ticks[0] = 10.0
+        ctl._stalled()
+        grace = ctl.cfg.host_loss_grace
+        due = [ctl.timers._due[f"host:h{n}"] for n in range(200)]
+        assert ctl.stall.stalls == 1
+        assert all(ctl.alive_since + grace / 2 <= at <= ctl.alive_since + grace for at in due)
+        assert len({round(at, 3) for at in due}) > 150, sorted(due)[:5]  # spread, not one instant
+    finally:
+        ctl.store.close()

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from xce_controller.shared_reads import SharedReads
-from xce_controller.stall_watch import STALL, StallWatch
+from xce_controller.stall_watch import STALL, StallWatch, first_look
 from xce_controller.store.pg_deadline import Watchdog
 
 
@@ -100,3 +100,10 @@ def test_the_watchdog_cuts_a_call_past_its_deadline_and_leaves_a_finished_one() 
         dog.close()
         for s in (ours, theirs, other, peer):
             s.close()
+
+
+def test_a_host_whose_grace_began_with_everyone_s_is_looked_at_once_early() -> None:
+    grace, due = 40.0, 1000.0
+    looks = [first_look(due, due - grace, grace, draw / 10) for draw in range(10)]
+    assert all(due - grace / 2 <= at <= due for at in looks) and len(set(looks)) == 10
+    assert first_look(due, looks[-1], grace, 0.9) == due  # in the last half: at the due itself
