@@ -27,7 +27,6 @@ import requests
 from tests.e2e.machines import (
     Machine,
     boot_marks,
-    build_debs,
     chroot,
     ensure_controller_cache,
     ensure_rootfs_cache,
@@ -66,9 +65,11 @@ print(json.dumps(found))
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    work = tmp_path_factory.mktemp("e2e-cluster")
-    debs = build_debs(work / "deb")
+def images(
+    tmp_path_factory: pytest.TempPathFactory, e2e_debs: dict[str, Path]
+) -> Iterator[dict[str, Path]]:
+    # Bases of its own, from the session's .debs: the test writes the controller's config.
+    work, debs = tmp_path_factory.mktemp("e2e-cluster"), e2e_debs
     agent_base, controller_base = work / "agent-base", work / "controller-base"
     protocol = debs["python3-xce-protocol"]
     prepare_base(ensure_rootfs_cache(), agent_base, protocol, debs["xce-agent"])
