@@ -4,9 +4,9 @@ The development venv has current releases (pydantic 2); the xce-controller .deb 
 Debian's. In the cached bookworm rootfs with those packages (the one tests/e2e/test_cluster.py
 installs the .deb into), under systemd-nspawn without booting, the controller's unit tests and
 its API, shutdown, host identity, authorization-matrix, lease and read-deadline integration
-tests run from this tree: what meets those libraries (see INTEGRATION and DESELECTED for what
-is left out, and why). Not here: the OpenAPI document (pydantic 1 words some
-schemas differently; the committed one is pydantic 2's) and the schemathesis fuzz test (not in
+tests run from this tree: what meets those libraries (INTEGRATION and DESELECTED say what is
+left out, and why). Not here either: the OpenAPI document (pydantic 1 words some schemas
+differently; the committed one is pydantic 2's) and the schemathesis fuzz test (not in
 Debian 12). The PostgreSQL store and replica tests run on Debian's psycopg 3.1 and
 PostgreSQL 15, so the .deb's Suggests are what is tested. Needs root and systemd-nspawn.
 """
