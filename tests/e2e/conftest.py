@@ -4,9 +4,10 @@ base image for the modules that only boot it.
 Each module used to build the .debs and install them into a rootfs of its own, about a minute
 each on two cores. The .debs are the same for all of them; a machine boots its base as the
 lower layer of a volatile overlay (machines.Machine), so a module that only boots machines
-leaves the base as it found it and may share one. test_boot.py (which purges the package from
-its base) and test_cluster.py (which writes the controller's config into its base) change
-theirs, so they install the shared .debs into bases of their own.
+leaves the base as it found it and may share one (chroot commands that only read it, such as
+`systemd-analyze verify`, do not change it either). test_boot.py purges the package from its
+base and test_cluster.py writes the controller's config into the controller's: those bases are
+their own, from the shared .debs.
 """
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ from tests.e2e.machines import (
     boot_marks,
     chroot,
     ensure_controller_cache,
-    ensure_rootfs_cache,
     prepare_base,
 )
 
@@ -66,16 +65,15 @@ print(json.dumps(found))
 
 @pytest.fixture(scope="module")
 def images(
-    tmp_path_factory: pytest.TempPathFactory, e2e_debs: dict[str, Path]
+    tmp_path_factory: pytest.TempPathFactory, e2e_debs: dict[str, Path], agent_image: Path
 ) -> Iterator[dict[str, Path]]:
-    # Bases of its own, from the session's .debs: the test writes the controller's config.
-    work, debs = tmp_path_factory.mktemp("e2e-cluster"), e2e_debs
-    agent_base, controller_base = work / "agent-base", work / "controller-base"
-    protocol = debs["python3-xce-protocol"]
-    prepare_base(ensure_rootfs_cache(), agent_base, protocol, debs["xce-agent"])
-    prepare_base(ensure_controller_cache(), controller_base, protocol, debs["xce-controller"])
-    yield {"agent": agent_base, "controller": controller_base, **debs}
-    shutil.rmtree(agent_base, ignore_errors=True)
+    # The agents' hosts boot the shared image (read, never changed: see conftest.py); the
+    # controller's base is this module's own, from the session's .debs, as the test writes the
+    # controller's config into it.
+    controller_base = tmp_path_factory.mktemp("e2e-cluster") / "controller-base"
+    protocol = e2e_debs["python3-xce-protocol"]
+    prepare_base(ensure_controller_cache(), controller_base, protocol, e2e_debs["xce-controller"])
+    yield {"agent": agent_image, "controller": controller_base, **e2e_debs}
     shutil.rmtree(controller_base, ignore_errors=True)
 
 
