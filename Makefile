@@ -62,9 +62,10 @@ bench-ha: $(STAMP)
 bench-quick: $(STAMP) $(BENCH_VENV)/bin/supervisord
 	$(PY) -m pytest -q tests/integration/test_bench_quick.py
 
-# The lease checker at length (tests/integration/test_lease_checker.py runs 100 schedules
-# in `make test`); SCHEDULES=N changes the count, SEED=S draws a run's schedules again (the
-# faults' timing still differs). `make bench` runs 100 and puts its table in the README.
+# The lease checker at length (tests/integration/test_lease_checker.py runs 40 schedules in
+# `make test`, every controller fault among them); SCHEDULES=N changes the count, SEED=S draws
+# a run's schedules again (the faults' timing still differs). `make bench` runs 100 and puts
+# its table in the README.
 SCHEDULES ?= 500
 lease-soak: $(STAMP)
 	$(PY) -m bench leases --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED))
@@ -84,7 +85,8 @@ ha-failover: $(STAMP)
 	  tests/integration/test_ha_failover.py
 
 # Never two copies of a component at length (tests/integration/test_never_two_checker.py runs
-# 100 schedules in `make test`); needs root, mount(8) and cgroup v2. SEED=S replays a run;
+# 40 schedules in `make test`, more if the seed's first 40 miss a step); needs root, mount(8)
+# and cgroup v2. SEED=S replays a run;
 # `$(PY) -m bench never-two --seed S --first I --schedules 1 --lanes 1` replays one schedule.
 never-two-soak: $(STAMP)
 	$(PY) -m bench never-two --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED))

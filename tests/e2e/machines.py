@@ -226,16 +226,6 @@ def files_user_data(files: dict[str, str]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def build_image(root: Path, work: Path) -> tuple[Path, Path]:
-    """Build the .debs from the tree at `root` and a base rootfs with the agent's installed;
-    the base and the xce-agent .deb."""
-    tarball = ensure_rootfs_cache()
-    debs = build_debs(work / "deb", root)
-    base = work / "base"
-    prepare_base(tarball, base, debs["python3-xce-protocol"], debs["xce-agent"])
-    return base, debs["xce-agent"]
-
-
 def chroot(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["chroot", str(base), *args], capture_output=True, text=True, check=False)
 

@@ -20,7 +20,6 @@ import requests
 from tests.e2e.machines import (
     Machine,
     boot_marks,
-    build_debs,
     chroot,
     ensure_rootfs_cache,
     prepare_base,
@@ -97,13 +96,13 @@ def token_file(cluster: Cluster, tmp: Path, iid: str, name: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    tarball = ensure_rootfs_cache()
-    work = tmp_path_factory.mktemp("e2e-image")
-    debs = build_debs(work / "deb")
-    deb = debs["xce-agent"]
-    base = work / "base"
-    prepare_base(tarball, base, debs["python3-xce-protocol"], deb)
+def image(
+    tmp_path_factory: pytest.TempPathFactory, e2e_debs: dict[str, Path]
+) -> Iterator[tuple[Path, Path]]:
+    # A base of its own, from the session's .debs: the purge test changes it.
+    deb = e2e_debs["xce-agent"]
+    base = tmp_path_factory.mktemp("e2e-image") / "base"
+    prepare_base(ensure_rootfs_cache(), base, e2e_debs["python3-xce-protocol"], deb)
     yield base, deb
     shutil.rmtree(base, ignore_errors=True)
 

@@ -27,10 +27,8 @@ import requests
 from tests.e2e.machines import (
     Machine,
     boot_marks,
-    build_debs,
     chroot,
     ensure_controller_cache,
-    ensure_rootfs_cache,
     prepare_base,
 )
 
@@ -66,15 +64,16 @@ print(json.dumps(found))
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    work = tmp_path_factory.mktemp("e2e-cluster")
-    debs = build_debs(work / "deb")
-    agent_base, controller_base = work / "agent-base", work / "controller-base"
-    protocol = debs["python3-xce-protocol"]
-    prepare_base(ensure_rootfs_cache(), agent_base, protocol, debs["xce-agent"])
-    prepare_base(ensure_controller_cache(), controller_base, protocol, debs["xce-controller"])
-    yield {"agent": agent_base, "controller": controller_base, **debs}
-    shutil.rmtree(agent_base, ignore_errors=True)
+def images(
+    tmp_path_factory: pytest.TempPathFactory, e2e_debs: dict[str, Path], agent_image: Path
+) -> Iterator[dict[str, Path]]:
+    # The agents' hosts boot the shared image (read, never changed: see conftest.py); the
+    # controller's base is this module's own, from the session's .debs, as the test writes the
+    # controller's config into it.
+    controller_base = tmp_path_factory.mktemp("e2e-cluster") / "controller-base"
+    protocol = e2e_debs["python3-xce-protocol"]
+    prepare_base(ensure_controller_cache(), controller_base, protocol, e2e_debs["xce-controller"])
+    yield {"agent": agent_image, "controller": controller_base, **e2e_debs}
     shutil.rmtree(controller_base, ignore_errors=True)
 
 

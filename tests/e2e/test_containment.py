@@ -9,17 +9,14 @@ identity and cgroup); `xce-agent stop` then leaves nothing of either.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.machines import Machine, boot_marks, build_image, files_user_data
+from tests.e2e.machines import Machine, boot_marks, files_user_data
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = boot_marks()
 
 DAEMONIZER = """\
@@ -64,11 +61,8 @@ def user_data() -> str:
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
-    work = tmp_path_factory.mktemp("e2e-containment")
-    base, deb = build_image(ROOT, work)
-    yield base, deb
-    shutil.rmtree(base, ignore_errors=True)
+def image(agent_image: Path, e2e_debs: dict[str, Path]) -> tuple[Path, Path]:
+    return agent_image, e2e_debs["xce-agent"]  # shared: see tests/e2e/conftest.py
 
 
 def state_of(machine: Machine) -> dict[str, Any]:

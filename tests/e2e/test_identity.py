@@ -6,29 +6,24 @@ Same machinery and skips as test_boot.py (real systemd and cloud-init in systemd
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from tests.e2e.machines import Machine, build_image
-from tests.e2e.test_boot import CLUSTER, ROOT, pytestmark, render, state_of, worker_pid
+from tests.e2e.machines import Machine
+from tests.e2e.test_boot import CLUSTER, pytestmark, render, state_of, worker_pid
 from tests.integration.controller_proc import ControllerProcess
 
 __all__ = ["pytestmark"]  # the same skips as test_boot.py
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    work = tmp_path_factory.mktemp("e2e-identity-image")
-    base, _ = build_image(ROOT, work)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+def image(agent_image: Path) -> Path:
+    return agent_image  # shared: see tests/e2e/conftest.py
 
 
 class Controller:

@@ -14,15 +14,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.machines import Machine, build_image
+from tests.e2e.machines import Machine
 from tests.integration.controller_proc import ControllerProcess
 
-ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("systemd-nspawn", "debootstrap", "dpkg-buildpackage", "nsenter", "zstd")
 missing = [t for t in TOOLS if shutil.which(t) is None]
 pytestmark = [
@@ -49,11 +47,8 @@ DEADLINE = 20
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    work = tmp_path_factory.mktemp("e2e-join-deadline")
-    base, _ = build_image(ROOT, work)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+def image(agent_image: Path) -> Path:
+    return agent_image  # shared: see tests/e2e/conftest.py
 
 
 def test_a_host_never_accepted_powers_off(image: Path, tmp_path: Path) -> None:

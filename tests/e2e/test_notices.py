@@ -7,11 +7,9 @@ network, so the agent inside reaches it at 127.0.0.1 as it would reach 169.254.1
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ import pytest
 import requests
 import yaml
 
-from tests.e2e.machines import Machine, boot_marks, build_image
+from tests.e2e.machines import Machine, boot_marks
 from tests.integration.controller_proc import ControllerProcess
 from tests.metadata_emulator import spot
 
@@ -40,11 +38,8 @@ notices: {{margin: 10s}}
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    work = tmp_path_factory.mktemp("e2e-notices-image")
-    base, _ = build_image(ROOT, work)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+def image(agent_image: Path) -> Path:
+    return agent_image  # shared: see tests/e2e/conftest.py
 
 
 class EmulatorProcess:

@@ -20,10 +20,8 @@ import requests
 
 from tests.e2e import test_boot
 from tests.e2e.machines import Machine
-from tests.e2e.test_boot import image, render, state_of, worker_pid
+from tests.e2e.test_boot import render, state_of, worker_pid
 from tests.integration.controller_proc import ControllerProcess
-
-__all__ = ["image"]  # the module-scoped image fixture, built for this module
 
 TOKEN = "e2e-worker-user-token"
 USER = "xceworker"
@@ -55,9 +53,9 @@ def user_data(url: str, token_file: Path) -> str:
 
 
 def test_worker_as_a_user_reads_its_template_and_jobs_never_see_the_token(
-    image: tuple[Path, Path], tmp_path: Path
+    agent_image: Path, tmp_path: Path
 ) -> None:
-    base, _ = image
+    base = agent_image  # shared, booted but never changed: see tests/e2e/conftest.py
     ctl = ControllerProcess(tmp_path, CLUSTER).start()
     token_file = tmp_path / "join-token"
     token_file.write_text(TOKEN + "\n")

@@ -77,6 +77,17 @@ def schedule(seed: int, index: int) -> Schedule:
     return Schedule(seed, index, rnd.random() < 0.5, steps)
 
 
+def covering(seed: int, at_least: int) -> int:
+    """How many schedules of `seed`, from the first, play every step at least once, contained
+    and not: `at_least` or the few more it takes (a short run would miss a rare step)."""
+    count, seen = 0, set[str | bool]()
+    while count < at_least or seen != {*STEPS, True, False}:
+        plan = schedule(seed, count)
+        seen |= {step for step, _ in plan.steps} | {plan.contained}
+        count += 1
+    return count
+
+
 @dataclass
 class Report:
     schedules: list[str] = field(default_factory=list)
