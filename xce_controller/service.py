@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import secrets
 import time
 from collections.abc import Callable
@@ -47,16 +46,15 @@ from xce_controller.core.model import (
 )
 from xce_controller.core.timers import Timers
 from xce_controller.lease_desk import LeaseDesk
-from xce_controller.stall_watch import TICK, StallWatch, first_look
+from xce_controller.stall_watch import StallWatch
 from xce_controller.store.base import SharedStore, StaleState, StorageUnavailable, Store
+from xce_controller.timer_passes import TimerPasses
 from xce_controller.watch_expiry import Expiries
 from xce_protocol.errors import ConfigError
 from xce_protocol.notices import Notice
 
 log = logging.getLogger(__name__)
 RECORD_EVERY = 60.0  # seconds between recorded refusals of one kind for one host
-MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
-RETRY = 5.0  # a timer whose facts could not be stored tries again after this long
 RESCAN = ("job_submitted", "job_requeued")  # facts after which every open host may take work
 
 
@@ -106,11 +104,8 @@ class Controller:
         base = self.cluster.version
         self.host_version: dict[str, int] = dict.fromkeys(self.cluster.hosts, base)
         self._waiters: dict[str, list[asyncio.Future[None]]] = {}
-        self.timers = Timers()
         self.expiries = Expiries()  # when held watches end (watch_expiry.py)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self._armed: float | None = None
         self._freezer: asyncio.TimerHandle | None = None
         self._freeze_period = collector.MAX_PERIOD
         self.tune_gc = False  # `serve` sets it: the policy is process-wide (collector.py)
@@ -125,12 +120,11 @@ class Controller:
         # Told once the controller is stopping, on its loop (the events stream's followers).
         self.on_release: list[Callable[[], None]] = []
         self._recorded: dict[tuple[str, str], float] = {}  # (host key, kind) -> last recorded
+        shared = cast(SharedStore, store)
+        self.passes = TimerPasses(self, shared.reachable if store.shared else lambda: True)
         for key in self.cluster.hosts:
             self._schedule(key)
         self._released = False  # stopping: watches answer at once
-        shared = cast(SharedStore, store)
-        self.stall = StallWatch(shared.reachable if store.shared else lambda: True)
-        self._ticker: asyncio.TimerHandle | None = None
 
     # --- changes ----------------------------------------------------------------------
     def _leases_committed(self, facts: list[Fact]) -> None:
@@ -235,12 +229,13 @@ class Controller:
         for key in keys:
             host = self.cluster.hosts.get(key)
             if host is not None:
-                facts += self._due(host, now)
+                facts += self.due(host, now)
         if facts:
             return facts
         return jobmodel.place(self.cluster, self.cfg, now, None if rescan else keys)
 
-    def _due(self, host: Host, now: float) -> list[Fact]:
+    def due(self, host: Host, now: float) -> list[Fact]:
+        """What time alone makes due for the host now (deadlines.host_due)."""
         seen = self.seen.get(host.key)
         return deadlines.host_due(self.cluster, self.cfg, now, host, seen, self.alive_since)
 
@@ -253,105 +248,15 @@ class Controller:
 
     # --- timers -----------------------------------------------------------------------
     def _schedule(self, key: str, at: float | None = None) -> None:
-        host = self.cluster.hosts.get(key)
-        if at is None and host is not None:
-            seen = self.seen.get(key)
-            at = deadlines.next_due(host, self.cfg, seen, self.alive_since)
-            if at is not None and deadlines.heard_from(host, seen, self.alive_since) == (
-                self.alive_since
-            ):  # a grace from a start, a stall or a failover: the same for every host
-                draw = random.random()  # noqa: S311 (spread, no secret)
-                at = first_look(at, self.clock(), self.cfg.host_loss_grace, draw)
-        self.timers.set(key, at)
-        self._arm()
+        self.passes.schedule(key, at)
 
-    def _arm(self) -> None:
-        if self._loop is None:
-            return
-        due = self.timers.next()
-        if due is None or (self._armed is not None and self._armed <= due):
-            return
-        if self._handle is not None:
-            self._handle.cancel()
-        self._armed = due
-        delay = min(max(0.0, due - self.clock()), MAX_SLEEP)
-        self._handle = self._loop.call_later(delay, self._fire)
+    @property
+    def timers(self) -> Timers:
+        return self.passes.timers
 
-    def _tick(self) -> None:
-        self._stalled()
-        if self._loop is not None:
-            self._ticker = self._loop.call_later(TICK, self._tick)
-
-    def _stalled(self) -> None:
-        """A stall just ended (stall_watch.py): every host's grace starts again now."""
-        gap = self.stall.ended()
-        if not gap:
-            return
-        log.warning("could not hear hosts for %.1f s (a stall): every host gets a fresh grace", gap)
-        self.alive_since = max(self.alive_since, self.clock())
-        for key in self.cluster.hosts:
-            self._schedule(key)
-
-    def _fire(self) -> None:
-        self._handle = self._armed = None
-        self._stalled()  # before anything is judged: the timer may run first after a stall
-        now = self.clock()
-        keys = self.timers.pop_due(now)
-        if self.replica is not None:
-            self._fire_shared(keys, now)
-            return
-        facts = [
-            f
-            for key in keys
-            if key in self.cluster.hosts
-            for f in self._due(self.cluster.hosts[key], now)
-        ]
-        try:
-            if facts:
-                self.commit(facts)
-        except Exception:  # a timer must never end the timers; StorageUnavailable is logged
-            if not self.storage_down:
-                log.exception("timer pass failed")
-            for key in keys:
-                self._schedule(key, now + RETRY)
-        else:
-            for key in keys:
-                self._schedule(key)
-        self._arm()
-
-    def _fire_shared(self, keys: list[str], now: float) -> None:
-        """A timer among replicas: decided on the whole log and every replica's heartbeat
-        times, by whichever replica commits first; the others then find nothing due. Its
-        reads are made off the event loop (a database that stops answering holds no request)."""
-        assert self.replica is not None
-        self.replica.spawn(self._timer_pass(keys, now))
-
-    async def _timer_pass(self, keys: list[str], now: float) -> None:
-        assert self.replica is not None
-        retry = RETRY
-        try:
-            await self.replica.current()
-            await self.replica.refreshed(keys)
-            now = max(now, self.clock())  # the reads took a while
-            facts = [
-                f
-                for key in keys
-                if key in self.cluster.hosts
-                for f in self._due(self.cluster.hosts[key], now)
-            ]
-            if facts:
-                self.commit(facts)
-        except StaleState:
-            retry = 0.0  # another replica moved the log: look again at once, on the new state
-        except (StorageUnavailable, asyncio.TimeoutError):
-            pass  # the database away or not answering: the pass is tried again in RETRY
-        except Exception:
-            log.exception("timer pass failed")
-        else:
-            retry = -1.0
-        for key in keys:
-            self._schedule(key, now + retry if retry >= 0 else None)
-        self._arm()
+    @property
+    def stall(self) -> StallWatch:
+        return self.passes.stall
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -359,8 +264,7 @@ class Controller:
             self.replica.start(self._loop)
             with contextlib.suppress(StorageUnavailable):  # the first timer pass retries
                 self.replica.refresh(())
-        self._arm()
-        self._tick()
+        self.passes.start(self._loop)
         if self.tune_gc:
             self._freeze()
 
@@ -401,9 +305,9 @@ class Controller:
                     fut.set_result(None)
 
     async def stop(self) -> None:
-        for handle in (self._handle, self._freezer, self._ticker):
-            if handle is not None:
-                handle.cancel()
+        self.passes.stop()
+        if self._freezer is not None:
+            self._freezer.cancel()
         self.expiries.close()
         self._loop = None
         if self.replica is not None:

@@ -4,8 +4,12 @@ fault schedules (lease_faults.py) with kill -9 of a replica and failovers of the
 The probes' records show no two components of a lease at once and tokens that only grow.
 
 XCE_LEASE_REPLICA_SCHEDULES and XCE_LEASE_SEED change the run (`make lease-replica-soak`
-runs a long one). Not in `make test` for now: a clean-clone run failed it once where runs on
-their own passed; until that run is understood it runs by its make target only.
+runs a long one). Not in `make test` for now. One clean-clone failure is understood: a replica
+killed while a database failover was under way found no database at its restart and exited
+(as it should: systemd starts it again), and the rig now restarts it as systemd would. Another
+is not: under load, two of four runs of 12 schedules met `pg_ctl promote` refusing a standby
+as "not in standby mode" while its log shows the promotion happening (a second promotion of
+the same server, by a path of the rig not yet found). Until then it runs by its make target.
 """
 
 from __future__ import annotations

@@ -171,9 +171,9 @@ def test_after_a_stall_the_fleet_s_checks_spread_over_the_last_half_of_the_grace
         for n in range(200):
             ctl.join(JoinRequest(name=f"h{n}", token=JOIN_TOKEN))
         ticks = [0.0]
-        ctl.stall = StallWatch(lambda: True, lambda: ticks[0])
+        ctl.passes.stall = StallWatch(lambda: True, lambda: ticks[0])
         ticks[0] = 10.0
-        ctl._stalled()
+        ctl.passes.stalled()
         grace = ctl.cfg.host_loss_grace
         due = [ctl.timers._due[f"host:h{n}"] for n in range(200)]
         assert ctl.stall.stalls == 1

@@ -38,9 +38,9 @@ def test_a_wall_clock_step_does_not_make_hosts_lost(tmp_path: Path) -> None:
     host, _, _ = ctl.join(lc.JoinRequest(name="n1", token=ctl.cfg.join_token))
     wall.now += 3600.0  # longer than the 30 s grace
     mono.now += 1.0
-    assert ctl._due(host, ctl.clock()) == []  # read from the wall: lost, its jobs requeued
+    assert ctl.due(host, ctl.clock()) == []  # read from the wall: lost, its jobs requeued
     mono.now += 31.0  # a real silence is still a loss
-    assert [f.data["state"] for f in ctl._due(host, ctl.clock())] == [HostState.LOST.value]
+    assert [f.data["state"] for f in ctl.due(host, ctl.clock())] == [HostState.LOST.value]
 
 
 def test_the_controller_reads_the_wall_clock_only_at_its_start(tmp_path: Path) -> None:

@@ -103,7 +103,11 @@ async def _busy(send: Send) -> None:
             "protocol": PROTOCOL,
         }
     ).encode()
-    headers = [(b"content-type", b"application/json"), (b"retry-after", b"1")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(text)).encode()),  # not chunked: every client reads it
+        (b"retry-after", b"1"),
+    ]
     await send({"type": "http.response.start", "status": 503, "headers": headers})
     await send({"type": "http.response.body", "body": text})
 

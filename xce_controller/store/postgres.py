@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
-import select
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
@@ -40,7 +36,19 @@ from xce_controller.store.base import (
     StorageUnavailable,
 )
 from xce_controller.store.pg_background import Beats, Outage
+from xce_controller.store.pg_connection import (
+    CONNECT_TIMEOUT,
+    DEADLINE,
+    LONG,
+    configure,
+    one,
+    snapshot,
+    unreachable,
+    why,
+    with_tcp_bounds,
+)
 from xce_controller.store.pg_deadline import Watchdog
+from xce_controller.store.pg_listener import CHANNEL, Listener
 
 log = logging.getLogger(__name__)
 
@@ -65,32 +73,7 @@ MIGRATIONS: tuple[str, ...] = (
 SCHEMA_VERSION = len(MIGRATIONS)
 APPEND_LOCK = 0x7863650001  # pg_advisory_xact_lock key: one appender at a time
 MIGRATE_LOCK = 0x7863650002
-CHANNEL = "xce_facts"
 MARKER = ""  # the `seen` row that dates the table itself
-CONNECT_TIMEOUT = 5.0
-# A replica stopped (SIGSTOP, a paused VM) inside a transaction would hold the append lock,
-# and so every other replica's change, until it runs again: the server ends a session idle in
-# its transaction this long (rolled back; the stopped replica finds its connection gone and
-# answers 503, its change never stored). Far above any pause between a transaction's
-# statements, which are sent back to back.
-IDLE_IN_TRANSACTION = "2s"
-# A wait for a lock past this fails the change (503, retried) instead of hanging; above the
-# idle timeout, so a stopped holder is cut by the server first and nobody else times out.
-LOCK_TIMEOUT = "3s"
-# The longest a call waits for the server's answer before its connection is cut
-# (pg_deadline.py): above the lock timeout, so a server that answers at all answers first.
-DEADLINE = 4.0
-LONG = 60.0  # the whole state read at once (a start, a reload) at the largest sizes
-# How a connection over TCP notices a peer gone without a word (a partition, a machine
-# lost): keepalive probes on an idle connection, and a bound on data sent but never
-# acknowledged. Given only where the connection string does not say otherwise.
-TCP_BOUNDS = {
-    "keepalives": "1",
-    "keepalives_idle": "5",
-    "keepalives_interval": "2",
-    "keepalives_count": "3",
-    "tcp_user_timeout": "9000",
-}
 
 
 class PgStore:
@@ -102,7 +85,7 @@ class PgStore:
         try:  # one direct connection first: its error names the cause; the pool's would not
             psycopg.connect(conninfo, connect_timeout=int(CONNECT_TIMEOUT)).close()
         except psycopg.Error as exc:
-            raise StorageUnavailable(_why(exc)) from exc
+            raise StorageUnavailable(why(exc)) from exc
         self.pool = ConnectionPool(
             conninfo,
             min_size=1,
@@ -114,7 +97,7 @@ class PgStore:
             # request grows the pool at once), so writes resume within ~2 s of the promotion.
             reconnect_timeout=CONNECT_TIMEOUT,
             kwargs={"autocommit": True},  # transactions are explicit, isolation level too
-            configure=_configure,
+            configure=configure,
             open=False,
         )
         self.pool.open(wait=True, timeout=CONNECT_TIMEOUT)
@@ -183,20 +166,20 @@ class PgStore:
                         yield cur
                     return
                 if read_only:
-                    yield from _read_only(conn)
+                    yield from snapshot(conn)
                     return
                 with conn.transaction():
                     with conn.cursor() as cur:
                         yield cur
                     committing = True  # what fails from here on is the COMMIT itself
         except psycopg.Error as exc:
-            lost = cut[0] or _unreachable(exc)
-            why = f"the database did not answer within {limit:.0f} s" if cut[0] else _why(exc)
+            lost = cut[0] or unreachable(exc)
+            cause = f"the database did not answer within {limit:.0f} s" if cut[0] else why(exc)
             if lost:
-                self.outage.begin(why)
+                self.outage.begin(cause)
             if lost and committing:
-                raise OutcomeUnknown(why) from exc
-            raise StorageUnavailable(why) from exc
+                raise OutcomeUnknown(cause) from exc
+            raise StorageUnavailable(cause) from exc
         except Exception as exc:  # the pool's own timeout: no connection could be had
             if type(exc).__module__.startswith("psycopg_pool"):
                 self.outage.begin(f"no database connection: {exc}")
@@ -232,7 +215,7 @@ class PgStore:
             cur.execute("SELECT data FROM jobs")
             jobs = [job_from_json(json.loads(data)) for (data,) in cur.fetchall()]
             cur.execute("SELECT COALESCE(MAX(seq), 0) FROM facts")
-            head = _one(cur)
+            head = one(cur)
             cur.execute("SELECT key, at FROM seen WHERE key <> ''")
             seen = {str(key): float(at) for key, at in cur.fetchall()}
         for host in sorted(hosts, key=lambda h: h.joined_at or 0.0):  # latest name wins
@@ -287,7 +270,7 @@ class PgStore:
         """Append under the append lock, numbered from the head; then one NOTIFY."""
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
         cur.execute("SELECT COALESCE(MAX(seq), 0) FROM facts")
-        head = _one(cur)
+        head = one(cur)
         if after is not None and head != after:
             raise StaleState(f"the log is at {head}, the change was decided at {after}")
         if not facts:
@@ -438,7 +421,7 @@ class PgStore:
                 (MARKER,),
             )
             cur.execute("SELECT at FROM seen WHERE key = %s", (MARKER,))
-            return float(_one(cur))
+            return float(one(cur))
 
     def reachable(self) -> bool:
         return not self.outage.cause
@@ -475,7 +458,7 @@ class PgStore:
         with self._tx(limit=None) as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
             cur.execute("SELECT (SELECT COUNT(*) FROM facts) + (SELECT COUNT(*) FROM hosts)")
-            if _one(cur):
+            if one(cur):
                 raise StorageUnavailable("the target database already holds a cluster")
             cur.executemany(
                 "INSERT INTO facts (seq, kind, at, by, data) VALUES (%s, %s, %s, %s, %s)",
@@ -510,101 +493,3 @@ class PgStore:
         self.outage.close()
         self.pool.close()
         self.watchdog.close()
-
-
-class Listener:
-    """One LISTEN connection: `told(head)` on each NOTIFY, and `told(None)` every `poll`
-    seconds without one (the poll that alone keeps followers correct) or while the
-    connection is down. Runs in its own thread; `told` must hand over to the caller's loop."""
-
-    def __init__(self, conninfo: str, told: Callable[[int | None], None], poll: float) -> None:
-        self.conninfo = conninfo
-        self.told = told
-        self.poll = poll
-        self.cut = False  # tests: stop listening, keep polling (the fallback alone)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pg-listener", daemon=True)
-        self.connected = threading.Event()
-
-    def start(self) -> Listener:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._listen()
-            except (psycopg.Error, OSError) as exc:
-                self.connected.clear()
-                log.warning("fact listener lost its connection (%s); polling", _why(exc))
-                self.told(None)
-                self._stop.wait(self.poll)
-
-    def _listen(self) -> None:
-        with psycopg.connect(
-            self.conninfo, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT)
-        ) as conn:
-            conn.execute(f"LISTEN {CHANNEL}")
-            self.connected.set()
-            self.told(None)  # whatever was appended while nobody listened
-            last = time.monotonic()
-            while not self._stop.is_set():
-                ready, _, _ = select.select([conn.fileno()], [], [], self.poll)
-                head: int | None = None
-                if ready:
-                    conn.pgconn.consume_input()  # raises once the connection is gone
-                    while (note := conn.pgconn.notifies()) is not None:
-                        if not self.cut:
-                            head = max(head or 0, int(note.extra.decode() or 0))
-                if head is not None or time.monotonic() - last >= self.poll:
-                    last = time.monotonic()
-                    self.told(head)
-
-
-def with_tcp_bounds(conninfo: str) -> str:
-    """The connection string with TCP_BOUNDS added where it names none of its own."""
-    given = conninfo_to_dict(conninfo)
-    return make_conninfo(conninfo, **{k: v for k, v in TCP_BOUNDS.items() if k not in given})
-
-
-def _read_only(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-    try:
-        with conn.cursor() as cur:
-            yield cur
-    finally:
-        with suppress(psycopg.Error):  # a broken connection is dropped
-            conn.execute("ROLLBACK")
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """Each pooled connection's bounds on a transaction left open or a lock waited for."""
-    conn.execute(
-        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
-        (IDLE_IN_TRANSACTION,),
-    )
-    conn.execute("SELECT set_config('lock_timeout', %s, false)", (LOCK_TIMEOUT,))
-
-
-def _unreachable(exc: psycopg.Error) -> bool:
-    """The database could not be reached or went away (no server answer, a connection
-    exception, the server shutting down), as against a refusal of the statement itself."""
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
-
-
-def _one(cur: psycopg.Cursor[Any]) -> int:
-    row = cur.fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
