@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,6 +66,9 @@ class ControllerProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 cwd=self.cwd,
+                # Its own process group: a prefix that forks (faketime does) is stopped with
+                # the controller it started, which otherwise outlived the test.
+                start_new_session=True,
             )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -96,12 +100,15 @@ class ControllerProcess:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
+            os.killpg(self.proc.pid, sig)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):  # what the prefix left running
+                os.killpg(self.proc.pid, signal.SIGKILL)
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
