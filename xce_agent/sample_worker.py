@@ -135,7 +135,7 @@ class SampleWorker:
                 if tried == len(order):
                     raise
                 status, body = None, None
-            if not replicas.moves_on(status) or tried == len(order):
+            if not replicas.moves_on(status, replicas.code_of(body)) or tried == len(order):
                 self.current = index
                 return status or 0, body
             log.warning("controller %s could not serve: trying the next", self.urls[index])

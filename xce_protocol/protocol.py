@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from xce_protocol.reasons import Reason
+
 # 1.1: host credentials issued at join, sent on every later call. 1.2: times in answers are
 # RFC 3339 in UTC (they were epoch seconds); heartbeats carry the agent's version. 1.3: the
 # `stop` notice, a planned stop of the agent (docs/protocol.md).
@@ -75,6 +77,9 @@ def _classify(status: int, body: Any, me: Identity, retry_after: float | None) -
         return Answer(Outcome.RETRY, f"HTTP {status} redirect: not followed")
     if status >= 500 or not isinstance(body, dict):
         what = f"HTTP {status}" if status >= 500 else f"HTTP {status} with a malformed body"
+        if isinstance(body, dict) and body.get("code") == Reason.REFUSED_OUTCOME_UNKNOWN.value:
+            # Never a refusal: the change may be stored; a retry of it meets what was.
+            what += " outcome_unknown: the change may have been stored"
         return Answer(Outcome.RETRY, what, retry_after=retry_after)
     major = _major(body)
     if major is None:

@@ -71,6 +71,7 @@ class Reason(str, enum.Enum):
     REFUSED_TOO_LARGE = "refused_too_large"
     REFUSED_RATE_LIMITED = "refused_rate_limited"
     REFUSED_STORAGE_UNAVAILABLE = "refused_storage_unavailable"
+    REFUSED_OUTCOME_UNKNOWN = "refused_outcome_unknown"  # the commit's answer lost: may be stored
     REFUSED_LEASE_HELD = "refused_lease_held"  # another holder has the lease until it expires
     REFUSED_LEASE_LIMIT = "refused_lease_limit"  # a new lease, and the controller keeps its most
     REFUSED_LEASE_HOST_LIMIT = "refused_lease_host_limit"  # a new lease, and the host has its most

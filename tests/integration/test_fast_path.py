@@ -18,7 +18,7 @@ from starlette.routing import Match
 from xce_controller.core.config import load_cluster_config
 from xce_controller.http.fast import Served
 from xce_controller.http.server import EmbeddedController
-from xce_controller.store.base import StorageUnavailable
+from xce_controller.store.base import OutcomeUnknown, StorageUnavailable
 
 CONFIG = """\
 version: 1
@@ -260,18 +260,30 @@ def test_a_renewal_answers_as_the_route_does(ctl: EmbeddedController) -> None:
     assert list(a0) == list(a1)
 
 
+@pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [
+        (StorageUnavailable("disk full"), 503, "refused_storage_unavailable"),
+        (OutcomeUnknown("connection lost at COMMIT"), 500, "refused_outcome_unknown"),
+    ],
+)
 def test_a_storage_outage_answers_as_the_route_does(
-    ctl: EmbeddedController, monkeypatch: pytest.MonkeyPatch
+    ctl: EmbeddedController,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: StorageUnavailable,
+    status: int,
+    code: str,
 ) -> None:
     credential = join(ctl, "h1")["credential"]
 
     def down(*args: Any) -> Any:
-        raise StorageUnavailable("disk full")
+        raise failure
 
     monkeypatch.setattr(ctl.controller, "heartbeat", down)
     route, fast, answered = both(ctl, "h1", body(), bearer(credential))
     assert route == fast
-    assert route[0] == 503 and route[1]["retry-after"] == "5"
+    assert route[0] == status and json.loads(route[2])["code"] == code
+    assert route[1].get("retry-after") == ("5" if status == 503 else None)
     assert answered == 1
 
 

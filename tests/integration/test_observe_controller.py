@@ -280,19 +280,29 @@ def test_followers_that_hang_up_leave_nothing_behind(ctl: EmbeddedController) ->
     assert events(ctl)[0]["kind"] == "expected"
 
 
-def test_storage_errors_are_counted_and_shown(ctl: EmbeddedController) -> None:
+@pytest.mark.parametrize(
+    ("outcome_unknown", "status", "code"),
+    [(False, 503, "refused_storage_unavailable"), (True, 500, "refused_outcome_unknown")],
+)
+def test_storage_errors_are_counted_and_shown(
+    ctl: EmbeddedController, outcome_unknown: bool, status: int, code: str
+) -> None:
+    from xce_controller.store.base import OutcomeUnknown
     from xce_controller.store.sqlite import StorageUnavailable
 
     store = ctl.controller.store
     real = store.commit
 
     def full(*args: Any, **kw: Any) -> None:
+        if outcome_unknown:
+            raise OutcomeUnknown("the database did not answer within 5s")
         raise StorageUnavailable("database or disk is full")
 
     store.commit = full  # type: ignore[method-assign]
     try:
         r = requests.post(ctl.url + "/v1/jobs", json={"command": ["x"]}, headers=ADMIN, timeout=5)
-        assert r.status_code == 503 and r.json()["code"] == "refused_storage_unavailable"
+        assert r.status_code == status and r.json()["code"] == code
+        assert ("nothing was changed" in r.json()["message"]) is not outcome_unknown
         text = scrape(ctl)
         assert value(text, "xce_controller_storage_errors_total") == 1
         assert value(text, "xce_controller_storage_available") == 0
@@ -300,7 +310,7 @@ def test_storage_errors_are_counted_and_shown(ctl: EmbeddedController) -> None:
             text,
             "xce_controller_refusals_total",
             endpoint="/v1/jobs",
-            code="refused_storage_unavailable",
+            code=code,
         )
         assert refused == 1
     finally:

@@ -139,6 +139,49 @@ def test_a_cut_request_is_not_tried_elsewhere() -> None:
     assert ctl.url == A
 
 
+def _moves(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "could not serve" in r.getMessage()]
+
+
+def test_a_move_is_logged_once_naming_the_urls_that_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("WARNING", logger="xce_agent.controller.client")
+    fake = Fake({7001: HttpFailure("connection refused"), 7002: 503, 7003: 200})
+    ctl = client(fake, A, B, C)
+    assert ctl.heartbeat({}).outcome is Outcome.ACCEPTED
+    assert ctl.heartbeat({}).outcome is Outcome.ACCEPTED  # answered where it now is: no line
+    assert _moves(caplog) == [f"controller: now at {C} ({A}, {B} could not serve)"]
+
+
+def test_a_late_answer_from_a_url_already_left_is_no_move(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A watch out at A while a heartbeat found A down and moved on to B: the watch's answer
+    # from A came later and was logged as a move to A "(B could not serve)"; B never failed.
+    caplog.set_level("WARNING", logger="xce_agent.controller.client")
+    ctl: ControllerClient
+    beats: list[Any] = []
+    watching = threading.Event()
+
+    def send(target: Target, *args: Any) -> Reply:
+        if target.port == 7001 and not watching.is_set():  # the watch, at A: meanwhile a
+            watching.set()  # heartbeat finds A down
+            fake.answers[7001] = HttpFailure("connection refused")
+            beats.append(ctl.heartbeat({}))
+            return Reply(200, {"protocol": PROTOCOL, "host": "n1", "state": "active"})
+        return fake(target, *args)
+
+    fake = Fake({7001: 200, 7002: 200})
+    ctl = ControllerClient(ControllerConfig(A, timeout=5.0, other_urls=(B,)), ME, send=send)
+    ctl.credential = HostCredential("n1", "i-1", A, 1, "cred-1")
+    assert ctl.watch(0, 1.0).outcome is Outcome.ACCEPTED
+    assert beats[0].outcome is Outcome.ACCEPTED and [p for p, _, _ in fake.calls] == [7001, 7002]
+    assert ctl.heartbeat({}).outcome is Outcome.ACCEPTED  # at B still
+    assert ctl.url == B
+    assert _moves(caplog) == [f"controller: now at {B} ({A} could not serve)"]
+
+
 # --- the config ---------------------------------------------------------------------------
 def test_a_list_of_urls_is_the_controllers_replicas_in_order(tmp_path: Path) -> None:
     text = minimal(top="controller:\n  url:\n    - https://c1.example/\n    - https://c2:8443\n")

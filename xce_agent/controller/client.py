@@ -2,7 +2,9 @@
 
 With several URLs (`controller.url` as a list of replicas) each request goes to the current
 one and, when it cannot serve, on to the next (xce_protocol/replicas.py says when); the
-credentials are the cluster's, the same at every URL.
+credentials are the cluster's, the same at every URL. An answer saying the outcome of the
+change is unknown (the replica lost its database at the commit) stays where it was: the link
+retries it there at its own pace, every call of the agent being one it may repeat.
 
 Joins carry the join token (`auth_headers`, the configured one) or, without one, the host
 credential; every other call carries the host credential the last join issued (`credential`,
@@ -50,6 +52,7 @@ class ControllerClient:
         self.targets = tuple(Target.from_url(url) for url in self.urls)
         self._current = 0  # the URL requests go to first (shared by the link's threads)
         self._answered = 0  # the URL that last answered, to log a move once
+        self._failed: list[int] = []  # the URLs moved away from since, for that log line
         self._lock = threading.Lock()
         self._aborts = 0  # close() calls: a cut request is not tried elsewhere
         self.auth_headers = auth_headers or token_headers(config.token)
@@ -100,14 +103,17 @@ class ControllerClient:
         answer = Answer(Outcome.RETRY, "no controller URL")
         for tried, index in enumerate(order, start=1):
             remaining = budget if tried == 1 else deadline - time.monotonic()
-            answer, status = self._attempt(index, method, path, headers, body, remaining)
-            if not replicas.moves_on(status):
+            answer, moves = self._attempt(index, method, path, headers, body, remaining)
+            if not moves:
                 self._answered_by(index)
                 return answer
             with self._lock:
                 if aborts != self._aborts:  # cut: stopping, or a stuck thread being replaced
                     return answer
-                self._current = replicas.after_failure(self._current, index, len(self.targets))
+                moved = replicas.after_failure(self._current, index, len(self.targets))
+                if moved != self._current:  # this failure moved the link (not another's)
+                    self._failed.append(index)
+                self._current = moved
             if not replicas.another_try(deadline - time.monotonic(), tried, len(self.targets)):
                 break
         return answer
@@ -120,29 +126,36 @@ class ControllerClient:
         headers: dict[str, str],
         body: bytes | None,
         budget: float,
-    ) -> tuple[Answer, int | None]:
-        """One request to one URL: the answer, and its status (None: no answer at all)."""
+    ) -> tuple[Answer, bool]:
+        """One request to one URL: the answer, and whether it sends the request on."""
         target = self.targets[index]
         tls = self.tls if target.tls else None
         try:
             reply = self._send(target, method, path, headers, body, budget, tls, self.inflight)
         except HttpFailure as exc:
             where = f" ({self.urls[index]})" if len(self.urls) > 1 else ""
-            return Answer(Outcome.RETRY, f"{exc}{where}"), None
+            return Answer(Outcome.RETRY, f"{exc}{where}"), replicas.moves_on(None)
+        moves = replicas.moves_on(reply.status, replicas.code_of(reply.body))
         if 300 <= reply.status < 400:
             where = f" to {reply.location[:120]}" if reply.location else ""
             detail = f"HTTP {reply.status} redirect{where}: not followed"
-            return Answer(Outcome.RETRY, detail), reply.status
-        return classify(reply.status, reply.body, self.me, reply.retry_after), reply.status
+            return Answer(Outcome.RETRY, detail), moves
+        return classify(reply.status, reply.body, self.me, reply.retry_after), moves
 
     def _answered_by(self, index: int) -> None:
-        if index != self._answered:  # a move is logged once, when the new URL first answers
+        """Log a move once, when the URL requests now go to first answers, naming the URLs
+        whose failures moved the link there. A late answer from a URL already left (a watch
+        that was out while a heartbeat failed elsewhere) is no move."""
+        with self._lock:
+            if index != self._current:
+                return
+            moved = index != self._answered
+            failed = [self.urls[i] for i in dict.fromkeys(self._failed) if i != index]
+            self._answered, self._failed = index, []
+        if moved and failed:
             log.warning(
-                "controller: now at %s (%s could not serve)",
-                self.urls[index],
-                self.urls[self._answered],
+                "controller: now at %s (%s could not serve)", self.urls[index], ", ".join(failed)
             )
-            self._answered = index
 
     def join(self, payload: dict[str, Any]) -> Answer:
         auth = self.auth_headers() or self._host_headers()

@@ -1,6 +1,7 @@
 """The controller's HTTP client for `xcecli`: one session, the replicas tried in turn.
 
-`Client.call` is the boundary: a transport failure becomes `ControllerUnreachable`, a
+`Client.call` is the boundary: a transport failure becomes `ControllerUnreachable` (naming
+the URLs tried), a change whose outcome the controller could not tell `OutcomeUnknown`, a
 refusal `ControllerRefused` with the controller's own message on one line; anything else is
 the answer's JSON body.
 """
@@ -13,7 +14,13 @@ from typing import Any
 import requests
 from urllib3.exceptions import NewConnectionError
 
-from xce_controller.cli.client_errors import ControllerRefused, unreachable
+from xce_controller.cli.client_errors import (
+    ControllerRefused,
+    ControllerUnreachable,
+    Failure,
+    outcome_unknown,
+    unreachable,
+)
 from xce_controller.cli.client_tls import ClientTls
 from xce_controller.cli.observe import printable
 from xce_protocol import replicas
@@ -45,6 +52,7 @@ class Client:
         self.timeout = timeout
         self.tls = tls or ClientTls()
         self.session = requests.Session()
+        self.failures: list[Failure] = []  # the last request's URLs that could not serve
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
@@ -56,12 +64,14 @@ class Client:
         try:
             response = self.send(method, path, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise unreachable(", ".join(self.urls), exc, self.tls.cert is not None) from None
+            raise self.unreachable(exc) from None
         try:
             body = response.json()
         except ValueError:
             body = None
         if response.status_code >= 400:
+            if replicas.code_of(body) == replicas.OUTCOME_UNKNOWN:
+                raise outcome_unknown(self.url, method, path)
             message = body.get("message") if isinstance(body, dict) else None
             if not message:  # not the controller's problem document: a proxy, another service
                 said = printable(response.text)[:200] or "empty"
@@ -75,25 +85,46 @@ class Client:
             raise ControllerRefused(f"{response.status_code}: {line}")
         return body
 
+    def unreachable(self, exc: requests.RequestException) -> ControllerUnreachable:
+        """The error for `exc`: the URLs the request tried when it ended the last send, else
+        (a stream cut after its answer) the URL that answered."""
+        tried = self.failures if self.failures and self.failures[-1][1] is exc else []
+        return unreachable(tried or [(self.url, exc)], self.tls.cert is not None)
+
     def send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         """The answer of the first URL that can serve, trying each once from the current
-        one (replicas.moves_on); the last URL's answer or failure when none can."""
+        one (replicas.moves_on); the last URL's answer or failure when none can. The URLs
+        tried that could not serve are in `failures`."""
         order = replicas.attempts(self.current, len(self.urls))
         kwargs.update(self.tls.request_options())
+        self.failures = []
         for index in order:
             last = index == order[-1]
             try:
                 response = self.session.request(method, self.urls[index] + path, **kwargs)
             except requests.RequestException as exc:
+                self.failures.append((self.urls[index], exc))
                 # A change whose connection broke once sent may have been made: not sent again.
                 if last or (method != "GET" and not _unsent(exc)):
                     raise
                 continue
-            if last or not replicas.moves_on(response.status_code):
+            if last or not replicas.moves_on(response.status_code, _code(response)):
                 self.current = index
                 return response
+            self.failures.append((self.urls[index], response.status_code))
             response.close()
         raise AssertionError("unreachable: the last URL answers or raises")
+
+
+def _code(response: requests.Response) -> str:
+    """The code of an answer that could send the request on (a 5xx: a small body; a stream's
+    answer, a 200, is never read here)."""
+    if response.status_code < 500:
+        return ""
+    try:
+        return replicas.code_of(response.json())
+    except ValueError:  # a proxy's page
+        return ""
 
 
 def _unsent(exc: requests.RequestException) -> bool:

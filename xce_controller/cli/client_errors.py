@@ -1,4 +1,5 @@
-"""What `xcecli` says when the controller refuses or cannot be reached (each with its exit code).
+"""What `xcecli` says when the controller refuses, cannot be reached, or cannot tell whether a
+change was made (each with its exit code).
 
 A failed connection is named the way an operator debugs it: refused (nothing listens there),
 timed out (a firewall, a dead host), name not resolved (DNS), TLS (a certificate or a plain-http
@@ -10,7 +11,7 @@ from __future__ import annotations
 import errno
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import requests
 
@@ -29,13 +30,52 @@ class ControllerUnreachable(XceError):
     exit_code = 3
 
 
-def unreachable(
-    url: str, exc: requests.RequestException, client_cert: bool = False
-) -> ControllerUnreachable:
-    """The error for a request that got no answer, naming why, and for the TLS failures an
-    operator meets first, the option that is missing."""
-    why = why_unreachable(exc)
-    return ControllerUnreachable(f"cannot reach {url}: {why}{_hint(url, why, client_cert)}")
+class OutcomeUnknown(XceError):
+    """The controller lost its database's answer to the change: it may have been made."""
+
+    exit_code = 4
+
+
+# A URL a request tried, and how it failed there: no answer (the exception) or a status that
+# sent the request on to the next URL.
+Failure = tuple[str, "requests.RequestException | int"]
+
+
+def unreachable(tried: Sequence[Failure], client_cert: bool = False) -> ControllerUnreachable:
+    """The error for a request that got no usable answer: each URL it tried (those only), how
+    each failed, and for the TLS failures an operator meets first, the option that is missing.
+    The last URL tried is the one whose failure ended the request."""
+    url, last = tried[-1]
+    why = _how(last)
+    hint = _hint(url, why, client_cert)
+    if len(tried) == 1:
+        return ControllerUnreachable(f"cannot reach {url}: {why}{hint}")
+    each = ", ".join(f"{where} ({_how(failed)})" for where, failed in tried)
+    return ControllerUnreachable(f"cannot reach {each}{hint}")
+
+
+def _how(failed: requests.RequestException | int) -> str:
+    return f"HTTP {failed}" if isinstance(failed, int) else why_unreachable(failed)
+
+
+def outcome_unknown(url: str, method: str, path: str) -> OutcomeUnknown:
+    """The error for a change whose outcome the controller at `url` could not tell."""
+    return OutcomeUnknown(
+        f"{url} lost its database's answer to {method} {path}: the change may have been "
+        f"made, and was not sent to another URL; check with `{check_verb(path)}` before "
+        "running it again"
+    )
+
+
+def check_verb(path: str) -> str:
+    """The command that shows whether the change at `path` was made."""
+    parts = path.split("?", 1)[0].strip("/").split("/")  # v1, collection, name, action
+    collection = parts[1] if len(parts) > 1 else ""
+    if collection == "hosts" and len(parts) > 2:
+        return f"xcecli host {parts[2]}"
+    if collection in ("jobs", "expected", "to-return"):
+        return f"xcecli {collection}"
+    return "xcecli events"
 
 
 def _hint(url: str, why: str, client_cert: bool) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from xce_controller import __version__
-from xce_controller.cli.store_verbs import copy_store, migrate
+from xce_controller.cli.store_verbs import copy_store, migrate, sqlite_file
 from xce_controller.core.config import ClusterConfig, load_cluster_config
 from xce_controller.store.base import SchemaTooNew, StorageUnavailable
 from xce_controller.store.open import describe, is_postgres
@@ -188,33 +188,34 @@ def _loopback(host: str) -> bool:
 
 
 @main.command()
-@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.option("--db", type=click.Path(), required=True, help="SQLite database (not PostgreSQL).")
 @click.argument("out", type=click.Path(path_type=Path))
-def backup(db: Path, out: Path) -> None:
+def backup(db: str, out: Path) -> None:
     """Copy the database to OUT while it serves; the copy is checked by replay."""
     from xce_controller.store import backup as b
 
     try:
-        checked = b.backup(db, out)
+        checked = b.backup(sqlite_file(db, "backup"), out)
     except b.BackupError as exc:
         raise XceError(str(exc)) from None
     click.echo(f"{out}: backup of {db} ({checked})")
 
 
 @main.command()
-@click.option("--db", type=click.Path(path_type=Path), required=True, help="SQLite database.")
+@click.option("--db", type=click.Path(), required=True, help="SQLite database (not PostgreSQL).")
 @click.argument("source", type=click.Path(path_type=Path))
-def restore(db: Path, source: Path) -> None:
+def restore(db: str, source: Path) -> None:
     """Put a backup in place of the database (its controller stopped)."""
     from xce_controller.store import backup as b
 
+    file = sqlite_file(db, "restore")
     try:
-        checked = b.restore(source, db)
+        checked = b.restore(source, file)
     except b.BackupError as exc:
         raise XceError(str(exc)) from None
-    kept = db.with_name(db.name + b.BEFORE_RESTORE)
+    kept = file.with_name(file.name + b.BEFORE_RESTORE)
     before = f"; the database before is in {kept}" if kept.exists() else ""
-    click.echo(f"{db}: restored from {source} ({checked}){before}")
+    click.echo(f"{file}: restored from {source} ({checked}){before}")
 
 
 @main.command()

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import click
 import requests
 
-from xce_controller.cli.client_errors import unreachable, why_unreachable
+from xce_controller.cli.client_errors import ControllerUnreachable, why_unreachable
 from xce_controller.core.story import story
 from xce_protocol.times import parse_time, times_to_epoch
 
@@ -37,6 +37,7 @@ class ApiClient(Protocol):
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any: ...
     def send(self, method: str, path: str, **kwargs: Any) -> requests.Response: ...
+    def unreachable(self, exc: requests.RequestException) -> ControllerUnreachable: ...
 
 
 def _stream(client: ApiClient, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -77,7 +78,7 @@ def events(client: ApiClient, follow: bool, host: str, since: int, as_json: bool
                 last, delay = e["seq"], 1.0
         except requests.RequestException as exc:
             if not follow:
-                raise unreachable(client.url, exc) from None
+                raise client.unreachable(exc) from None
             click.echo(f"xcecli: stream lost ({why_unreachable(exc)}); reconnecting", err=True)
             time.sleep(delay)  # a backoff between reconnects, not a wait for a condition
             delay = min(delay * 2, RECONNECT_MAX)
@@ -99,7 +100,7 @@ def why(client: ApiClient, name: str) -> None:
         params = {"host": host["instance_id"] or host["key"]}
         history = [times_to_epoch(e) for e in _stream(client, params)]
     except requests.RequestException as exc:
-        raise unreachable(client.url, exc) from None
+        raise client.unreachable(exc) from None
     # This record's own facts, and a lease another host took over from it (its loss).
     mine = [e for e in history if host["key"] in (e["key"], e["data"].get("previous_key"))]
     click.echo("\n".join(printable(line) for line in story(host, mine, time.time())))

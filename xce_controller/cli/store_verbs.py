@@ -1,4 +1,5 @@
-"""`xce-controller migrate` and `copy-store`: the store's schema and its move to PostgreSQL.
+"""`xce-controller migrate` and `copy-store`: the store's schema and its move to PostgreSQL;
+and the check that keeps the SQLite-only verbs (backup, restore) off a PostgreSQL store.
 
 `migrate` brings a store's schema to the version this controller knows (a controller refuses
 to start on a newer one). `copy-store` moves a SQLite store's facts and state into an empty
@@ -42,6 +43,25 @@ def migrate(db: str) -> None:
         click.echo(f"{describe(db)}: already at schema version {SCHEMA_VERSION}")
     else:
         click.echo(f"{describe(db)}: schema version {SCHEMA_VERSION}")
+
+
+# What the database's own tools do instead, for a verb that copies a SQLite file.
+PG_INSTEAD = {
+    "backup": "take a PostgreSQL backup with pg_dump -Fc",
+    "restore": "restore a PostgreSQL backup with pg_restore into an empty database, every "
+    "replica stopped",
+}
+
+
+def sqlite_file(db: str, verb: str) -> Path:
+    """--db of a verb that copies a SQLite file; a PostgreSQL connection string is one line
+    naming the database's own tool instead (a Path would also have made `//` one `/`)."""
+    if is_postgres(db):
+        raise XceError(
+            f"{verb} copies a SQLite store, and --db {describe(db)} is PostgreSQL: "
+            f"{PG_INSTEAD[verb]} (docs/operations.md, Backup and restore)"
+        )
+    return Path(db)
 
 
 def _pg_version(db: str) -> int:

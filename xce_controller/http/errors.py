@@ -1,5 +1,6 @@
 """The API's answers to errors: one JSON shape (error, code, message, protocol) for a refusal,
-a storage outage, a bad request, an unknown path or method, and an internal error.
+a storage outage, a change whose outcome is unknown, a bad request, an unknown path or method,
+and an internal error.
 
 Each refusal is counted by its reason code (observe.refused) before it is answered.
 """
@@ -14,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.http import observe as observe_api
-from xce_controller.store.base import StorageUnavailable
+from xce_controller.store.base import OutcomeUnknown, StorageUnavailable
 from xce_protocol.protocol import PROTOCOL
 from xce_protocol.reasons import Reason, refusal
 
@@ -28,6 +29,7 @@ def _allowed(app: FastAPI, path: str) -> list[str]:
 
 
 STORAGE_CODE = Reason.REFUSED_STORAGE_UNAVAILABLE.value
+UNKNOWN_CODE = Reason.REFUSED_OUTCOME_UNKNOWN.value
 
 
 def refusal_answer(exc: lc.Refused) -> JSONResponse:
@@ -42,8 +44,26 @@ def refusal_answer(exc: lc.Refused) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status)
 
 
+def storage_code(exc: StorageUnavailable) -> str:
+    """The code a storage failure is answered and counted with."""
+    return UNKNOWN_CODE if isinstance(exc, OutcomeUnknown) else STORAGE_CODE
+
+
 def storage_answer(exc: StorageUnavailable) -> JSONResponse:
-    """A storage outage's answer (its count is the caller's, as STORAGE_CODE)."""
+    """A storage failure's answer (its count is the caller's, as storage_code)."""
+    if isinstance(exc, OutcomeUnknown):
+        # 500, not 503: every client (older ones too) and a proxy's retry-on-503 send a 503
+        # to another replica, which would make a change that may be stored a second time.
+        # No Retry-After: it is no "come back later", the caller reads the state first.
+        body = {
+            "error": "outcome_unknown",
+            "code": UNKNOWN_CODE,
+            "message": "the change may have been stored: the controller lost its database "
+            f"connection after the commit was sent ({exc.cause}); read the state back "
+            "(from any replica) before sending the change again",
+            "protocol": PROTOCOL,
+        }
+        return JSONResponse(body, status_code=500)
     body = {
         "error": "storage_unavailable",
         "code": STORAGE_CODE,
@@ -63,7 +83,7 @@ def install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(StorageUnavailable)
     async def storage(request: Request, exc: StorageUnavailable) -> JSONResponse:
-        observe_api.refused(request, STORAGE_CODE)
+        observe_api.refused(request, storage_code(exc))
         return storage_answer(exc)
 
     @app.exception_handler(Exception)

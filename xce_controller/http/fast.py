@@ -36,7 +36,7 @@ from starlette.requests import Request
 
 from xce_controller.core import lifecycle as lc
 from xce_controller.http.auth import HOST, token_of
-from xce_controller.http.errors import STORAGE_CODE, refusal_answer, storage_answer
+from xce_controller.http.errors import refusal_answer, storage_answer, storage_code
 from xce_controller.http.routes.agents import (
     HEARTBEAT,
     WATCH,
@@ -169,7 +169,7 @@ class FastPath:
             await refusal_answer(exc)(scope, receive, send)
             return
         except StorageUnavailable as exc:
-            self._refused(route.path, STORAGE_CODE)
+            self._refused(route.path, storage_code(exc))
             await storage_answer(exc)(scope, receive, send)
             return
         response = await _serialized(route, answer)
