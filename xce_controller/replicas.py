@@ -87,7 +87,13 @@ class Replica:
         if self.dirty:
             self.reload()
             return
-        await asyncio.wait_for(asyncio.shield(self.reads.after_now()), FOLLOW_WAIT)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.reads.after_now()), FOLLOW_WAIT)
+        except asyncio.TimeoutError:
+            # A database this slow to read is taken as away: a change then fails at once
+            # instead of holding the loop for the store's deadline, until its probe answers.
+            self.store.unanswered(f"the database did not answer within {FOLLOW_WAIT:.0f} s")
+            raise
 
     async def _read(self) -> None:
         """One read of the log past this replica's version, applied on the loop."""

@@ -262,7 +262,7 @@ class Controller:
         self._loop = asyncio.get_running_loop()
         if self.replica is not None:
             self.replica.start(self._loop)
-            with contextlib.suppress(StorageUnavailable):  # the first timer pass retries
+            with contextlib.suppress(StorageUnavailable, StaleState):  # the first pass retries
                 self.replica.refresh(())
         self.passes.start(self._loop)
         if self.tune_gc:

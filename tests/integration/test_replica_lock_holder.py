@@ -25,7 +25,7 @@ from tests.integration.replica_set import CONFIG, JOIN_TOKEN, Replicas, call, st
 from xce_controller.store.postgres import APPEND_LOCK
 
 QUIET = CONFIG.replace("host_loss_grace: 4s", "host_loss_grace: 10m")
-BOUND = 20.0  # the server's idle timeout is 5 s; the rest is margin for a loaded machine
+BOUND = 20.0  # the server's idle timeout is 2 s; the rest is margin for a loaded machine
 
 
 def _sessions(

@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from xce_controller.core import leases
 from xce_controller.core.model import Fact
 from xce_controller.lease_desk import LeaseDesk
+from xce_controller.store.base import StaleState, StorageUnavailable
 from xce_protocol.reasons import Reason
 
 STATES = ("held", "expired", "free")
@@ -36,8 +37,11 @@ class LeaseCollector:
         return []  # computed per scrape
 
     def collect(self) -> Iterable[Metric]:
-        self.desk.refresh()  # a shared store: what every replica decided
-        self.desk.notice_expiries()
+        try:
+            self.desk.refresh()  # a shared store: what every replica decided
+            self.desk.notice_expiries()
+        except (StorageUnavailable, StaleState):
+            pass  # the database away or busy: what this replica last knew; the scrape still answers
         now = self.desk.monotonic()
         book = self.desk.book.leases
         counts = dict.fromkeys(STATES, 0)

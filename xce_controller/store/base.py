@@ -40,6 +40,12 @@ class StaleState(Exception):
     on an old state and nothing of it was stored. The caller catches up and decides again."""
 
 
+class LockBusy(StaleState):
+    """The append lock (or a row's) was not granted within the lock timeout: nothing was
+    stored. Decided again after a while, as a stale change is (the state may have moved
+    meanwhile), the event loop free between the tries."""
+
+
 class SchemaTooNew(Exception):
     """The database was migrated by a newer controller than this one."""
 
@@ -128,6 +134,9 @@ class SharedStore(Store, Protocol):
 
     def reachable(self) -> bool:
         """False while the database is known unreachable (calls then fail at once)."""
+
+    def unanswered(self, cause: str) -> None:
+        """A read off the loop got no answer in time: take the database as unreachable."""
 
     @property
     def deadline_cuts(self) -> int:

@@ -29,6 +29,7 @@ from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
 from xce_controller.store.base import (
     FLOOR_ROW,
+    LockBusy,
     Numbered,
     OutcomeUnknown,
     SchemaTooNew,
@@ -39,6 +40,7 @@ from xce_controller.store.pg_background import Beats, Outage
 from xce_controller.store.pg_connection import (
     CONNECT_TIMEOUT,
     DEADLINE,
+    LOCK_TIMEOUT,
     LONG,
     configure,
     one,
@@ -71,6 +73,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+LOCK_NOT_AVAILABLE = "55P03"  # the lock timeout passed (pg_connection.LOCK_TIMEOUT)
 APPEND_LOCK = 0x7863650001  # pg_advisory_xact_lock key: one appender at a time
 MIGRATE_LOCK = 0x7863650002
 MARKER = ""  # the `seen` row that dates the table itself
@@ -173,6 +176,8 @@ class PgStore:
                         yield cur
                     committing = True  # what fails from here on is the COMMIT itself
         except psycopg.Error as exc:
+            if exc.sqlstate == LOCK_NOT_AVAILABLE and not committing:
+                raise LockBusy(f"a lock was not granted within {LOCK_TIMEOUT}") from exc
             lost = cut[0] or unreachable(exc)
             cause = f"the database did not answer within {limit:.0f} s" if cut[0] else why(exc)
             if lost:
@@ -425,6 +430,9 @@ class PgStore:
 
     def reachable(self) -> bool:
         return not self.outage.cause
+
+    def unanswered(self, cause: str) -> None:
+        self.outage.begin(cause)
 
     @property
     def deadline_cuts(self) -> int:
