@@ -408,7 +408,8 @@ class Controller:
                 self.commit(notices.after_join(now, self.cluster.hosts[key], boot_id_before))
                 return
             except StaleState:
-                continue
+                assert self.replica is not None  # only a shared store refuses as stale
+                self.replica.catch_up()  # the facts appended meanwhile, then decided again
         raise StorageUnavailable("other replicas kept changing the state under this join")
 
     def _keep_record(self, refused: lc.Refused) -> None:
