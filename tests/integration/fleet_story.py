@@ -17,11 +17,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from xce_controller.admin_verbs import Expectation
 from xce_controller.core import deadlines
 from xce_controller.core import lifecycle as lc
 from xce_controller.core.config import ClusterConfig
 from xce_controller.core.model import JOINED, AdminAction, HostState
-from xce_controller.service import Controller, Expectation
+from xce_controller.service import Controller
 from xce_controller.store.sqlite import Store
 from xce_protocol.notices import Notice, NoticeKind
 

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.pg_server import PgCluster
+from xce_controller.admin_verbs import Expectation
 from xce_controller.core.config import load_cluster_config
-from xce_controller.service import Controller, Expectation
+from xce_controller.service import Controller
 from xce_controller.store.base import OutcomeUnknown, StorageUnavailable
 from xce_controller.store.open import open_store
 

@@ -7,10 +7,11 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from xce_controller.admin_verbs import Expectation
 from xce_controller.http.auth import ERRORS, PROVISIONER_OR_READER, PROVISIONER_ROLE
 from xce_controller.http.schemas import ExpectAnswer, ExpectBody, HostDetail
 from xce_controller.http.views import host_detail
-from xce_controller.service import Controller, Expectation
+from xce_controller.service import Controller
 
 
 def install(api: FastAPI, ctl: Controller) -> None:
