@@ -196,13 +196,16 @@ class Probes:
     credentials: list[str]
     versions: list[int]
     conns: list[Conn]  # per probe: its watch (on replica n+1) and its admin (on replica n)
+    closed: list[bool]  # each probe host's state, as the last accepted change left it
 
     async def run(self, stop: asyncio.Event, every: float = 0.5) -> list[float]:
         wakes: list[float] = []
         n = 0
         while not stop.is_set():
-            i, rounds = n % len(self.names), n // len(self.names)
-            woke = await self.once(i, "close" if rounds % 2 == 0 else "open")
+            i = n % len(self.names)
+            # The action that changes the host: an alternation restarted each phase closed an
+            # already closed host (409, no change) and measured the watch's hold instead.
+            woke = await self.once(i, "open" if self.closed[i] else "close")
             if woke is not None:
                 wakes.append(woke)
             n += 1
@@ -233,12 +236,15 @@ class Probes:
                 self.versions[i] = int(answer["version"])
         else:
             return None
-        await admin.request("POST", f"/v1/hosts/{name}/{action}", {}, ADMIN_TOKEN)
+        changed, _ = await admin.request("POST", f"/v1/hosts/{name}/{action}", {}, ADMIN_TOKEN)
         answered = time.perf_counter()
         status, answer = await held
         woke = time.perf_counter()
         if status == 200:
             self.versions[i] = int(answer["version"])
+        if changed != 200:  # no change was made: the watch ended by its hold, not a wake
+            return None
+        self.closed[i] = action == "close"
         return max(0.0, woke - answered)
 
 
@@ -259,7 +265,7 @@ async def _probes(ports: list[int]) -> Probes:
         creds.append(str(answer["credential"]))
         versions.append(int(answer["version"]))
         conns += [watch, admin]
-    return Probes(ports, names, creds, versions, conns)
+    return Probes(ports, names, creds, versions, conns, [False] * len(names))
 
 
 async def _appends(
