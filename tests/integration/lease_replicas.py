@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import random
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,7 +50,7 @@ class ReplicaLeaseCluster(LeaseCluster):
     def _new_standby(self, primary: PgServer, name: str, port: int) -> PgServer:
         """A streaming standby of `primary`, made synchronous: a commit is acknowledged once
         it is on the standby too (a grant lost in a failover would let two hold a lease)."""
-        standby = primary.standby(name, port)
+        standby = _standby_again(primary, name, port)
         self.pg.servers.append(standby)
         primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
         primary.sql("SELECT pg_reload_conf()")
@@ -101,6 +102,19 @@ class ReplicaLeaseCluster(LeaseCluster):
                     return r.json()
                 failed = requests.HTTPError(f"{url}{path}: {r.status_code}")
         raise failed or requests.ConnectionError("no replica answered")
+
+
+def _standby_again(primary: PgServer, name: str, port: int) -> PgServer:
+    """A standby made where a killed server was: its start sometimes failed once (`pg_ctl
+    start` exit 1 on the killed server's port, moments after the kill), and a failover's
+    exception then left the next one promoting the new primary. Made again a few times."""
+    for _ in range(9):
+        try:
+            return primary.standby(name, port)
+        except subprocess.CalledProcessError:
+            shutil.rmtree(primary.root / name, ignore_errors=True)
+            time.sleep(0.5)
+    return primary.standby(name, port)
 
 
 def _start_as_systemd_would(proc: ControllerProcess) -> None:
