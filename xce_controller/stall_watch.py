@@ -33,6 +33,11 @@ class StallWatch:
         self.stalls = 0  # stalls ended since start, and the longest one's seconds
         self.longest = 0.0
 
+    def begin(self) -> None:
+        """Count from now: the time before the loop ran is the start's, not a stall (a
+        start already gives every host its grace)."""
+        self._last = self._monotonic()
+
     def ended(self) -> float:
         """The length of the stall that ended just now, else 0."""
         now = self._monotonic()

@@ -73,6 +73,7 @@ class TimerPasses:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self.stall.begin()  # loading a large store before the loop ran is no stall
         self._arm()
         self._tick()
 
