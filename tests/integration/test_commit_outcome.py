@@ -58,15 +58,23 @@ class MuteProxy:
             threading.Thread(target=self._down, args=(server, client), daemon=True).start()
 
     def _up(self, client: socket.socket, server: socket.socket) -> None:
-        while data := _recv(client):
-            if self.armed and self.trigger in data:
-                self.muted.set()  # before the server can answer
-            server.sendall(data)
+        try:
+            while data := _recv(client):
+                if self.armed and self.trigger in data:
+                    self.muted.set()  # before the server can answer
+                _send(server, data)
+        finally:  # closed here too: one accepted after close() would be left open
+            client.close()
+            server.close()
 
     def _down(self, server: socket.socket, client: socket.socket) -> None:
-        while data := _recv(server):
-            if not self.muted.is_set():
-                _send(client, data)
+        try:
+            while data := _recv(server):
+                if not self.muted.is_set():
+                    _send(client, data)
+        finally:
+            client.close()
+            server.close()
 
     def close(self) -> None:
         self._listener.close()
