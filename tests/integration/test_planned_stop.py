@@ -220,7 +220,9 @@ def test_a_decommission_during_the_drain_ends_it_and_the_worker_stays_stopped(
     assert "planned stop: the host was decommissioned; stopping the components" in log, log
     # Started once, before the stop; never again after the decommission.
     assert log.count("worker: stopped -> starting") == 1, log
-    assert world.agent.worker()["phase"] == "stopped"
+    # Stopped by the agent, or exited first by itself on hearing of the decommission (the
+    # sample worker's own code, "held"): both down for good; a full run once saw the second.
+    assert world.agent.worker()["phase"] in ("stopped", "held")
     assert world.agent.state()["controller"]["state"] == "decommissioned"
     assert world.agent.state()["tombstone"]["reason"].startswith("gone")
     assert world.agent.proc is not None and world.agent.proc.wait(timeout=10) == 0
