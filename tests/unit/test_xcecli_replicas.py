@@ -1,6 +1,7 @@
 """xcecli with a list of replicas against fake controllers on loopback: a change whose outcome
-one replica could not tell is never sent to the next, and "cannot reach" names only the URLs
-a command tried, each with how it failed."""
+one replica could not tell, or whose connection broke once it was sent, is never sent to the
+next (exit 4), and "cannot reach" names only the URLs a command tried, each with how it
+failed."""
 
 from __future__ import annotations
 
@@ -140,23 +141,47 @@ def test_the_check_named_is_the_changes_own(path: str, verb: str) -> None:
     assert check_verb(path) == verb
 
 
-def test_cannot_reach_names_only_the_urls_tried(replicas: list[Replica]) -> None:
-    # A change cut once sent may have been made: it stops there, and the URLs after it,
-    # never tried, are not named.
+def test_a_change_cut_once_sent_is_an_unknown_outcome(replicas: list[Replica]) -> None:
+    # A change whose connection broke once sent may have been made: it stops there, exit 4,
+    # and the URL after it is never tried. A URL that refused the connection got nothing.
     refused, cut, spare = _closed_port(), Replica(close=True), Replica()
     replicas += [cut, spare]
     result = _xcecli([refused, cut.url, spare.url], *SUBMIT)
+    assert cut.got == ["POST /v1/jobs"]  # the change arrived
+    assert result.exit_code == 4, result.output
+    line = _one_line(result, "xcecli")
+    said = f"xcecli: {cut.url} did not answer POST /v1/jobs once it was sent ("
+    assert line.startswith(said), line
+    assert "may have been made" in line and "`xcecli jobs`" in line
+    assert spare.url not in line and spare.got == []
+    # A read cut the same way goes on to the next URL; a refused connection does, for a change.
+    spare.answer = (200, [JOB])
+    assert _xcecli([cut.url, spare.url], "jobs").exit_code == 0
+    spare.answer = (200, JOB)
+    assert _xcecli([refused, spare.url], *SUBMIT).exit_code == 0
+    # So does a change whose TLS handshake failed (https to a plain port): nothing was sent.
+    plain = Replica()
+    replicas.append(plain)
+    assert _xcecli([plain.url.replace("http:", "https:"), spare.url], *SUBMIT).exit_code == 0
+    assert plain.got == []
+    assert spare.got == ["GET /v1/jobs", "POST /v1/jobs", "POST /v1/jobs"]
+
+
+def test_cannot_reach_names_only_the_urls_tried(replicas: list[Replica]) -> None:
+    # A read tries every URL; each is named with how it failed, a 503 by its status.
+    refused, spare = _closed_port(), Replica()
+    busy = Replica(_answer_of(StorageUnavailable("disk I/O error")))
+    replicas += [busy, spare]
+    result = _xcecli([busy.url, refused], "jobs")
     assert result.exit_code == 3, result.output
     line = _one_line(result, "xcecli")
-    assert line.startswith(f"xcecli: cannot reach {refused} (connection refused), {cut.url} (")
-    assert spare.url not in line and spare.got == []
-    assert cut.got == ["POST /v1/jobs"]
-    # A read tries every URL; each is named with how it failed, a 503 by its status.
-    busy = Replica(_answer_of(StorageUnavailable("disk I/O error")))
-    replicas.append(busy)
-    result = _xcecli([busy.url, refused], "jobs")
-    line = _one_line(result, "xcecli")
     assert line == f"xcecli: cannot reach {busy.url} (HTTP 503), {refused} (connection refused)"
+    # A change that no URL took: every one tried, each named.
+    other = _closed_port()
+    change = _one_line(_xcecli([refused, other], *SUBMIT), "xcecli")
+    assert change == (
+        f"xcecli: cannot reach {refused} (connection refused), {other} (connection refused)"
+    )
     # One URL: the line it always was.
     alone = _one_line(_xcecli([refused], "jobs"), "xcecli")
     assert alone == f"xcecli: cannot reach {refused}: connection refused"

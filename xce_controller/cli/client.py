@@ -1,7 +1,8 @@
 """The controller's HTTP client for `xcecli`: one session, the replicas tried in turn.
 
 `Client.call` is the boundary: a transport failure becomes `ControllerUnreachable` (naming
-the URLs tried), a change whose outcome the controller could not tell `OutcomeUnknown`, a
+the URLs tried), a change whose outcome is unknown `OutcomeUnknown` (the controller could
+not tell, or the connection broke once the change was sent), a
 refusal `ControllerRefused` with the controller's own message on one line; anything else is
 the answer's JSON body.
 """
@@ -19,6 +20,7 @@ from xce_controller.cli.client_errors import (
     ControllerUnreachable,
     Failure,
     outcome_unknown,
+    sent_unanswered,
     unreachable,
 )
 from xce_controller.cli.client_tls import ClientTls
@@ -64,6 +66,9 @@ class Client:
         try:
             response = self.send(method, path, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
+            if method != "GET" and not _unsent(exc):
+                cert = self.tls.cert is not None
+                raise sent_unanswered(self.failures[-1][0], method, path, exc, cert) from None
             raise self.unreachable(exc) from None
         try:
             body = response.json()
@@ -128,8 +133,9 @@ def _code(response: requests.Response) -> str:
 
 
 def _unsent(exc: requests.RequestException) -> bool:
-    """The request never reached a server: no connection could be made."""
-    if isinstance(exc, requests.ConnectTimeout):
+    """The request never reached a server: no connection could be made, or TLS failed in
+    the handshake, before any of the request was sent."""
+    if isinstance(exc, (requests.ConnectTimeout, requests.exceptions.SSLError)):
         return True
     reason = getattr(exc.args[0], "reason", None) if exc.args else None
     return isinstance(exc, requests.ConnectionError) and isinstance(reason, NewConnectionError)

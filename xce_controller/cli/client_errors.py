@@ -67,6 +67,20 @@ def outcome_unknown(url: str, method: str, path: str) -> OutcomeUnknown:
     )
 
 
+def sent_unanswered(
+    url: str, method: str, path: str, exc: requests.RequestException, client_cert: bool = False
+) -> OutcomeUnknown:
+    """The error for a change whose connection broke once it was sent (a reset, a read
+    timeout): the controller may have made it, so it is not sent to another URL either."""
+    why = why_unreachable(exc)
+    how = f"{why}{_hint(url, why, client_cert)}"
+    return OutcomeUnknown(
+        f"{url} did not answer {method} {path} once it was sent ({how})"
+        f": the change may have been made, and was not sent to another URL; check with "
+        f"`{check_verb(path)}` before running it again"
+    )
+
+
 def check_verb(path: str) -> str:
     """The command that shows whether the change at `path` was made."""
     parts = path.split("?", 1)[0].strip("/").split("/")  # v1, collection, name, action
