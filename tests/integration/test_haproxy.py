@@ -1,22 +1,23 @@
-"""An agent behind Debian's HAProxy (examples/haproxy.cfg) keeps working when the replica it
-was balanced to dies.
+"""Debian's HAProxy with examples/haproxy.cfg: an agent behind it keeps working when the
+controller it was balanced to dies, and a change cut mid-request is sent to no other replica.
 
-The stand-in's limit, said plainly: today's store is SQLite, one file per controller process,
-so two live controllers are two clusters, not replicas; balancing between them would split
-the agent's requests across two histories. Here the second controller starts from a backup
-of the first's store after the first is killed (a standby taking over), and HAProxy's health
-check takes the dead one out and the new one in. True replicas behind one balancer, both
-live at once, arrive with the PostgreSQL store. What this test asserts is the agent's side:
-behind one URL it carries on with its credential, does not join again, keeps heartbeating,
-and takes HAProxy's own 503 (no replica up) for a failed contact, never for a refusal.
+On the SQLite store two live controllers are two clusters, not replicas, so here the second
+controller starts from a backup of the first's store after the first is killed (a standby
+taking over), and HAProxy's health check takes the dead one out and the new one in. Live
+replicas on PostgreSQL behind HAProxy are test_replica_topologies.py's. What this asserts is
+the agent's side: behind one URL it carries on with its credential, does not join again,
+keeps heartbeating, and takes HAProxy's own 503 (no replica up) for a failed contact, never
+for a refusal.
 """
 
 from __future__ import annotations
 
+import http.server
 import re
 import shutil
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,3 +145,57 @@ def test_an_agent_behind_haproxy_carries_on_when_its_replica_dies(
         second.stop()
         first.kill()
     assert joins(second.db, "i-1") == 1  # the copy's join, and no second one
+
+
+class Cutter:
+    """A replica that takes each request and closes without an answer (a crash mid-request),
+    except the health check, which it passes. It counts what it took, by method and path."""
+
+    def __init__(self) -> None:
+        self.got: list[str] = []
+        cutter = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                if self.path == "/healthz":
+                    self.send_response(200)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
+                cutter.got.append(f"{self.command} {self.path}")
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_haproxy_sends_a_change_cut_mid_request_to_no_other_replica(tmp_path: Path) -> None:
+    # A replica that took a change and died before answering may have made it: the example
+    # config retries only reads then, or a job submit could be stored twice.
+    cutters = [Cutter(), Cutter()]
+    proxy = Haproxy(tmp_path, [c.port for c in cutters])
+    try:
+        change = requests.post(proxy.url + "/v1/jobs", json={"command": ["true"]}, timeout=10)
+        assert change.status_code == 502, change.text
+        assert sorted(cutters[0].got + cutters[1].got) == ["POST /v1/jobs"]  # taken once only
+        read = requests.get(proxy.url + "/v1/jobs", timeout=10)
+        assert read.status_code == 502, read.text
+        assert [*cutters[0].got, *cutters[1].got].count("GET /v1/jobs") == 3  # retries 2
+    finally:
+        proxy.close()
+        for cutter in cutters:
+            cutter.close()

@@ -1,9 +1,9 @@
 """Agents, their workers and xcecli reach the controller's replicas by their own list.
 
-Today's store is SQLite, one file per controller process, so true replicas (any of them
-answering for one shared database) arrive with the PostgreSQL store. Here the second
+On the SQLite store a controller is one process on its own file, so here the second
 controller stands in for a replica by starting from a backup of the first one's store taken
-after the join: it knows the host and its credentials as the first does. What these tests
+after the join: it knows the host and its credentials as the first does (live replicas on
+PostgreSQL are test_replica_topologies.py's). What these tests
 assert is the agent's behaviour: it moves to the next URL when the one it talks to dies or
 answers 503, presents the credential it has, does not join again, keeps heartbeating, and
 never takes a 503 for a refusal.
