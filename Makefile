@@ -71,7 +71,7 @@ lease-soak: $(STAMP)
 	$(PY) -m bench leases --schedules $(SCHEDULES) $(if $(SEED),--seed $(SEED))
 
 # The same with the controller as two replicas on PostgreSQL, replica kills and database
-# failovers among the faults (tests/integration/test_lease_replicas.py; not in `make test` yet).
+# failovers among the faults (tests/integration/test_lease_replicas.py runs 12 in `make test`).
 REPLICA_SCHEDULES ?= 100
 lease-replica-soak: $(STAMP)
 	XCE_LEASE_REPLICA_SCHEDULES=$(REPLICA_SCHEDULES) $(PY) -m pytest -q -s tests/integration/test_lease_replicas.py
