@@ -19,8 +19,6 @@ import random
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.integration.helpers import wait_for
 from tests.integration.lease_checker import running
 from tests.integration.lease_faults import Chaos
