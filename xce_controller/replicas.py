@@ -22,7 +22,7 @@ from typing import Any, Protocol, cast
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
 from xce_controller.shared_reads import SharedReads
-from xce_controller.store.base import Numbered, SharedStore, Store
+from xce_controller.store.base import Numbered, SharedStore, StorageUnavailable, Store
 
 log = logging.getLogger(__name__)
 POLL = 1.0  # seconds between reads of the log's head when no NOTIFY came
@@ -154,7 +154,22 @@ class Replica:
             ctl.reschedule(key)
 
     # --- liveness -----------------------------------------------------------------------
+    def isolated(self) -> bool:
+        """Cut off from the database (an outage under way: pg_background.Outage)."""
+        return not self.store.reachable()
+
     def heard(self, key: str, now: float) -> None:
+        """Share a host's heartbeat. Refused while this replica is isolated (StorageUnavailable:
+        503, and the agent moves to its next URL): the other replicas would not hear the host
+        through it, and would take it for lost once their grace ends, however long this one
+        answered it. A database away for every replica costs no host either: each gives every
+        host a fresh grace once it is back (stall_watch.py)."""
+        if self.isolated():
+            raise StorageUnavailable(
+                f"this replica has not reached its database for "
+                f"{self.store.unreachable_for():.0f} s, so the other replicas would not hear "
+                "this host through it: ask another replica"
+            )
         self.store.beat(key, now)
 
     def refresh(self, keys: Iterable[str]) -> None:

@@ -186,10 +186,11 @@ class Controller(AgentVerbs, AdminVerbs):
         self._schedule(key)
 
     def _heard(self, key: str, now: float) -> None:
-        """The host's agent spoke: in memory, and for the other replicas in the store."""
-        self.seen[key] = now
+        """The host's agent spoke: in memory, and for the other replicas in the store (an
+        isolated replica refuses it: replicas.isolated_after)."""
         if self.replica is not None:
             self.replica.heard(key, now)
+        self.seen[key] = now
 
     def _storage_failed(self, cause: str) -> None:
         if not self.storage_down:

@@ -1,6 +1,8 @@
-"""While the database is away, a replica answers heartbeats from memory at once: the host's
-time is the replica's, written to the shared table once the database is back; no heartbeat
-waits for a database round trip or the connect timeout (docs/ha.md, "Failover under load").
+"""While the database is away, a replica answers heartbeats at once: 503 with the code
+`refused_storage_unavailable`, so the agent moves to its next URL (the other replicas would not
+hear the host through this one: docs/ha.md, "The failover contract"). No heartbeat waits for
+a database round trip or the connect timeout; once the database is back, heartbeats are
+answered 200 again and their times reach the shared table.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import psycopg
 from tests.integration.helpers import wait_for
 from tests.integration.replica_set import CONFIG, JOIN_TOKEN, Replicas, call
 from tests.pg_server import PgCluster, need_pg
+from xce_protocol.replicas import code_of
 
 QUIET = CONFIG.replace("host_loss_grace: 4s", "host_loss_grace: 10m")
 BOUND = 2.0  # seconds; the connect timeout each heartbeat used to wait for is 5 s
@@ -27,9 +30,7 @@ def _seen(dsn: str) -> dict[str, float]:
     return {str(k): float(at) for k, at in rows}
 
 
-def test_while_the_database_is_away_heartbeats_answer_from_memory_at_once(
-    tmp_path: Path,
-) -> None:
+def test_while_the_database_is_away_heartbeats_answer_503_at_once(tmp_path: Path) -> None:
     need_pg()
     pg = PgCluster(port=5456)
     replicas = None
@@ -42,17 +43,24 @@ def test_while_the_database_is_away_heartbeats_answer_from_memory_at_once(
         assert call(url, "POST", "/v1/hosts/h0/heartbeat", {}, cred).status_code == 200
         wait_for(lambda: "host:h0" in _seen(dsn), 30)  # written within the flush period
         pg.primary.stop()
-        answers: list[tuple[int, float]] = []
+        answers: list[tuple[int, str, float]] = []
         for _ in range(12):
             began = time.monotonic()
             r = call(url, "POST", "/v1/hosts/h0/heartbeat", {}, cred)
-            answers.append((r.status_code, time.monotonic() - began))
+            answers.append((r.status_code, code_of(r.json()), time.monotonic() - began))
             time.sleep(0.25)  # the agent's pace, compressed; not a synchronisation
-        print("heartbeats while the database was away (status, seconds):", answers)
-        assert {status for status, _ in answers} == {200}, answers
-        assert max(took for _, took in answers) < BOUND, answers
+        print("heartbeats while the database was away (status, code, seconds):", answers)
+        assert {(status, code) for status, code, _ in answers} == {
+            (503, "refused_storage_unavailable")
+        }, answers
+        assert max(took for _, _, took in answers) < BOUND, answers
         pg.primary.start()  # an immediate stop empties the unlogged table: only new times
-        wait_for(lambda: "host:h0" in _seen(dsn), 60)  # only a time heard while away
+
+        def beats() -> bool:
+            return call(url, "POST", "/v1/hosts/h0/heartbeat", {}, cred).status_code == 200
+
+        wait_for(beats, 60)  # answered again once the database is back
+        wait_for(lambda: "host:h0" in _seen(dsn), 60)  # and shared
     finally:
         if replicas is not None:
             replicas.stop()

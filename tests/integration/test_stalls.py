@@ -1,12 +1,14 @@
 """Stalls: a database that stops answering (every one of its processes stopped, as a frozen
 machine is) and a controller that is itself stopped past the hosts' grace.
 
-- The database stopped for 9 s under two replicas: heartbeats are answered from memory
-  within FOLLOW_WAIT, never held for the stop, not even on the replica that takes a change
+- The database stopped for 9 s under two replicas: heartbeats are answered within
+  FOLLOW_WAIT, never held for the stop, not even on the replica that takes a change
   meanwhile (its read of the log unanswered past FOLLOW_WAIT, the database is taken as away
-  and the change fails at once, never holding the loop for the store's deadline); a scrape
-  shows the outage; once the database runs again, changes go through and no host is
-  declared lost (each replica's loss timers give a fresh grace after the stall).
+  and the change fails at once, never holding the loop for the store's deadline); once the
+  database is taken as away they are answered 503 (the replica is isolated: the agent would
+  move on) and /healthz says "isolated"; a scrape shows the outage; once the database runs
+  again, heartbeats and changes go through and no host is declared lost (each replica's loss
+  timers give a fresh grace after the stall).
 - A single SQLite controller stopped for 1.5 graces while its host keeps beating: on resume
   the timer is due before the heartbeats waiting in its socket are read; the host must not
   be judged lost by the time the controller could not hear it.
@@ -109,6 +111,7 @@ def test_a_database_that_stops_answering_holds_no_heartbeat_and_loses_no_host(
             began = time.monotonic()
             scrape = requests.get(a + "/metrics", headers=ADMIN, timeout=30)
             scraped = time.monotonic() - began
+            health = requests.get(a + "/healthz", timeout=5)
             time.sleep(max(0.0, FROZEN - (time.monotonic() - stopped)))
             for proc in frozen:
                 proc.send_signal(signal.SIGCONT)
@@ -125,8 +128,11 @@ def test_a_database_that_stops_answering_holds_no_heartbeat_and_loses_no_host(
         print("heartbeats while the database was stopped:", during)
         print("the change:", change.status_code, round(took, 2), change.text)
         assert len(during) >= 10, during  # the beats did arrive during the stop
-        assert {status for _, status, _ in beats.answers} == {200}, beats.answers
+        assert {status for _, status, _ in beats.answers} == {200, 503}, beats.answers
+        assert 503 in {status for _, status, _ in during}, during  # isolated meanwhile
+        assert beats.answers[-1][1] == 200, beats.answers  # and answered again after
         assert max(s for _, _, s in during) < BEAT_BOUND, during
+        assert (health.status_code, health.json()["status"]) == (503, "isolated"), health.text
         assert change.status_code == 503 and took < CHANGE_BOUND, (change.text, took)
         # The outage is shown while it lasts: the scrape answers, from memory.
         assert scrape.status_code == 200 and scraped < BEAT_BOUND, (scrape.status_code, scraped)

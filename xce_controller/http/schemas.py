@@ -355,7 +355,7 @@ class TemplateUse(TemplateBody):
 
 class HealthAnswer(BaseModel):
     protocol: str
-    status: str  # ok, or stopping (503)
+    status: str  # ok, or stopping or isolated (a replica cut off from its database) (503)
     storage: str  # ok, or unavailable (writes fail at the moment)
 
 

@@ -135,6 +135,9 @@ class SharedStore(Store, Protocol):
     def reachable(self) -> bool:
         """False while the database is known unreachable (calls then fail at once)."""
 
+    def unreachable_for(self) -> float:
+        """Seconds the database has been known unreachable; 0 while it is reachable."""
+
     def unanswered(self, cause: str) -> None:
         """A read off the loop got no answer in time: take the database as unreachable."""
 

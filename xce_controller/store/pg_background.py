@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -77,6 +78,7 @@ class Outage:
     def __init__(self, probe: Callable[[], None]) -> None:
         self._probe = probe  # connects once; raises while the database is unreachable
         self.cause = ""  # while set, calls fail at once with it
+        self._since = 0.0  # monotonic time the outage began, while there is one
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._prober: threading.Thread | None = None
@@ -85,11 +87,18 @@ class Outage:
         with self._lock:
             if self._closed.is_set():
                 return
+            if not self.cause:
+                self._since = time.monotonic()
             self.cause = cause
             if self._prober is None:
                 log.warning("database unreachable (%s); probing every %.1f s", cause, PROBE)
                 self._prober = threading.Thread(target=self._run, name="pg-probe", daemon=True)
                 self._prober.start()
+
+    def lasted(self) -> float:
+        """Seconds the outage under way has lasted; 0 when there is none."""
+        with self._lock:
+            return time.monotonic() - self._since if self.cause else 0.0
 
     def _run(self) -> None:
         while not self._closed.wait(PROBE):

@@ -431,6 +431,9 @@ class PgStore:
     def reachable(self) -> bool:
         return not self.outage.cause
 
+    def unreachable_for(self) -> float:
+        return self.outage.lasted()
+
     def unanswered(self, cause: str) -> None:
         self.outage.begin(cause)
 
