@@ -4,17 +4,20 @@ and the check that keeps the SQLite-only verbs (backup, restore) off a PostgreSQ
 `migrate` brings a store's schema to the version this controller knows (a controller refuses
 to start on a newer one). `copy-store` moves a SQLite store's facts and state into an empty
 PostgreSQL database in one transaction, then checks it: the facts replayed there must rebuild
-exactly the hosts and jobs copied, which must be the source's.
+exactly the hosts and jobs copied, which must be the source's. The source is only read
+(store/sqlite_source.py); a held lease gets one TTL from the copy (store/postgres.py).
 """
 
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
+from xce_controller.core import leases
 from xce_controller.core.codec import host_to_json, job_to_json
 from xce_controller.core.model import Cluster
 from xce_controller.store.base import SchemaTooNew, StorageUnavailable
@@ -79,24 +82,42 @@ def _pg_version(db: str) -> int:
 @click.option("--to", "target", required=True, help="PostgreSQL connection string.")
 def copy_store(source: Path, target: str) -> None:
     """Copy a SQLite store into an empty PostgreSQL database, checked by replay."""
-    from xce_controller.store.backup import BackupError, refuse_if_open
-    from xce_controller.store.sqlite import Store
-
     if not is_postgres(target):
         raise UsageError(f"--to: expected a PostgreSQL connection string, got {target!r}")
     if not source.is_file():
         raise UsageError(f"--from: {source}: no such database file")
+    with tempfile.TemporaryDirectory(prefix="xce-copy-store-") as scratch:
+        copied = _copy(_read_source(source, Path(scratch) / "source.db"), target)
+    click.echo(f"{copied} to {describe(target)}; replay matches")
+
+
+def _read_source(source: Path, scratch: Path) -> Path:
+    """The source store copied into `scratch`, the source only read: a file that is not a
+    store is refused as it is, and a store is left byte for byte as it was."""
+    from xce_controller.store.sqlite_source import NotReadable, in_use, snapshot
+
     try:  # a serving controller would go on writing what the copy never gets
-        refuse_if_open(source)
-        Store(source).close()
-    except BackupError as exc:
+        if in_use(source):
+            raise XceError(f"{source} is open in another process (stop its controller)")
+        snapshot(source, scratch)
+    except NotReadable as exc:
         raise XceError(str(exc)) from None
     except sqlite3.Error as exc:
         raise XceError(f"--from: {source}: {exc}") from exc
-    try:
-        src = Store(source)
-        from xce_controller.store.postgres import PgStore
+    except OSError as exc:
+        raise XceError(f"--from: {source}: {exc.strerror or exc}") from exc
+    return scratch
 
+
+def _copy(snapshot: Path, target: str) -> str:
+    """Copy the store in `snapshot` into the database `target`, then check it by replay;
+    what was copied, in words."""
+    from xce_controller.lease_desk import stored
+    from xce_controller.store.postgres import PgStore
+    from xce_controller.store.sqlite import Store
+
+    src = Store(snapshot)
+    try:
         dst = PgStore(target)
     except (StorageUnavailable, SchemaTooNew) as exc:
         src.close()
@@ -104,7 +125,10 @@ def copy_store(source: Path, target: str) -> None:
     try:
         cluster, seen = src.load()
         numbered = src.facts_after(0)
-        dst.copy_in(numbered, cluster, src.leases(), src.reports(), seen)
+        book = stored(src)  # rebuilt from the lease facts if a row is unreadable
+        rows = [leases.to_row(le) for le in book.leases.values()]
+        floor = max(book.floor, src.lease_floor())
+        dst.copy_in(numbered, cluster, rows, src.reports(), seen, floor)
         _check(src.replay(), cluster, "the source's facts do not rebuild its own state")
         copied, _ = dst.load()
         _check(copied, cluster, "the copied state differs from the source's")
@@ -114,10 +138,7 @@ def copy_store(source: Path, target: str) -> None:
     finally:
         src.close()
         dst.close()
-    click.echo(
-        f"copied {len(numbered)} facts, {len(cluster.hosts)} hosts, {len(cluster.jobs)} jobs "
-        f"to {describe(target)}; replay matches"
-    )
+    return f"copied {len(numbered)} facts, {len(cluster.hosts)} hosts, {len(cluster.jobs)} jobs"
 
 
 def _check(got: Cluster, want: Cluster, what: str) -> None:

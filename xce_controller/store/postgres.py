@@ -79,6 +79,16 @@ MIGRATE_LOCK = 0x7863650002
 MARKER = ""  # the `seen` row that dates the table itself
 
 
+def held_from(row: dict[str, Any], now: float) -> dict[str, Any]:
+    """A lease row copied in from a store that keeps no expiry (SQLite: a restart gives
+    every held lease one TTL from the start): here the expiry is a stored database time,
+    and a row without one reads as expired, so a held lease gets one TTL from `now`, the
+    restart rule; its holder keeps it by renewing. A free lease needs none."""
+    if not row.get("host"):
+        return row
+    return {**row, "expires": now + float(row["ttl"])}
+
+
 class PgStore:
     shared = True
 
@@ -463,9 +473,11 @@ class PgStore:
         leases: list[dict[str, Any]],
         reports: dict[str, dict[str, Any]],
         seen: dict[str, float],
+        floor: int = 0,
     ) -> None:
         """Another store's whole content, into this empty one, in one transaction; the
-        sequence numbers kept (an events follower's cursor stays good)."""
+        sequence numbers kept (an events follower's cursor stays good), and the token floor
+        of forgotten lease names (a name taken again must not repeat a token)."""
         with self._tx(limit=None) as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
             cur.execute("SELECT (SELECT COUNT(*) FROM facts) + (SELECT COUNT(*) FROM hosts)")
@@ -484,10 +496,6 @@ class PgStore:
                 [(i, json.dumps(job_to_json(j))) for i, j in cluster.jobs.items()],
             )
             cur.executemany(
-                "INSERT INTO leases (name, data) VALUES (%s, %s)",
-                [(r["name"], json.dumps(r, sort_keys=True)) for r in leases],
-            )
-            cur.executemany(
                 "INSERT INTO reports (key, data) VALUES (%s, %s)",
                 [(k, json.dumps(r, sort_keys=True)) for k, r in reports.items()],
             )
@@ -495,6 +503,21 @@ class PgStore:
                 "INSERT INTO seen (key, at) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
                 [(k, at) for k, at in seen.items() if k != MARKER],
             )
+            self._copy_leases(cur, leases, floor)
+
+    def _copy_leases(
+        self, cur: psycopg.Cursor[Any], leases: list[dict[str, Any]], floor: int
+    ) -> None:
+        """The lease rows, last: the clock is read after every other row is in, so that no
+        expiry is earlier than a restart would have given."""
+        cur.execute("SELECT extract(epoch FROM clock_timestamp())")
+        found = cur.fetchone()  # not `one`: it would round the clock down to the second
+        assert found is not None
+        now = float(found[0])
+        rows = [(r["name"], json.dumps(held_from(r, now), sort_keys=True)) for r in leases]
+        if floor:
+            rows.append((FLOOR_ROW, json.dumps({"floor": floor})))
+        cur.executemany("INSERT INTO leases (name, data) VALUES (%s, %s)", rows)
 
     def listen(self, told: Callable[[int | None], None], poll: float) -> Listener:
         return Listener(self.conninfo, told, poll)
