@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from xce_controller.store.base import Store
+from xce_controller.store.conninfo_text import hide_password
 
 _URL = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
 _KEYWORDS = re.compile(r"^\s*[a-z_]+\s*=", re.IGNORECASE)
@@ -35,5 +36,4 @@ def describe(db: str) -> str:
     """`db` fit for a message: a connection string without its password."""
     if not is_postgres(db):
         return db
-    hidden = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", db)
-    return re.sub(r"(password\s*=\s*)(\S+)", r"\1***", hidden, flags=re.IGNORECASE)
+    return hide_password(db)

@@ -13,6 +13,9 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from xce_controller.store.base import StorageUnavailable
+from xce_controller.store.conninfo_text import misplaced_at, scrub
+
 CONNECT_TIMEOUT = 5.0
 # A replica stopped (SIGSTOP, a paused VM) inside a transaction would hold the append lock,
 # and so every other replica's change, until it runs again: the server ends a session idle in
@@ -42,9 +45,21 @@ TCP_BOUNDS = {
 
 
 def with_tcp_bounds(conninfo: str) -> str:
-    """The connection string with TCP_BOUNDS added where it names none of its own."""
-    given = conninfo_to_dict(conninfo)
-    return make_conninfo(conninfo, **{k: v for k, v in TCP_BOUNDS.items() if k not in given})
+    """The connection string with TCP_BOUNDS added where it names none of its own. One that
+    libpq cannot read (an unknown option, a malformed URI, an open quote) is StorageUnavailable
+    with libpq's words, like a bad value found on connecting, its password taken out; so is a
+    URI whose password libpq would cut short (an unescaped `@` or `/`)."""
+    if misplaced_at(conninfo):
+        raise StorageUnavailable(
+            'write "@" as %40 and "/" as %2F in a URI\'s user name, password and database name'
+        )
+    try:
+        given = conninfo_to_dict(conninfo)
+        return make_conninfo(conninfo, **{k: v for k, v in TCP_BOUNDS.items() if k not in given})
+    except psycopg.ProgrammingError as exc:
+        # Not chained: libpq's own words may quote the password, and a chained traceback
+        # printed anywhere would show them.
+        raise StorageUnavailable(scrub(why(exc), conninfo)) from None
 
 
 def snapshot(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:

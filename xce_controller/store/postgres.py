@@ -36,6 +36,7 @@ from xce_controller.store.base import (
     StaleState,
     StorageUnavailable,
 )
+from xce_controller.store.conninfo_text import scrub
 from xce_controller.store.pg_background import Beats, Outage
 from xce_controller.store.pg_connection import (
     CONNECT_TIMEOUT,
@@ -93,12 +94,16 @@ class PgStore:
     shared = True
 
     def __init__(self, conninfo: str, migrate: bool = True, explicit: bool = False) -> None:
-        self.conninfo = conninfo = with_tcp_bounds(conninfo)
+        given, self.conninfo = conninfo, with_tcp_bounds(conninfo)
+        conninfo = self.conninfo
         self.watchdog = Watchdog()
         try:  # one direct connection first: its error names the cause; the pool's would not
             psycopg.connect(conninfo, connect_timeout=int(CONNECT_TIMEOUT)).close()
         except psycopg.Error as exc:
-            raise StorageUnavailable(why(exc)) from exc
+            # A host that could not be resolved is quoted, and with an unescaped `@` in a
+            # URI's password that host is the password's rest: its pieces are those of the
+            # string as given, not as libpq rewrote it.
+            raise StorageUnavailable(scrub(why(exc), given, conninfo)) from exc
         self.pool = ConnectionPool(
             conninfo,
             min_size=1,
