@@ -6,9 +6,12 @@ their facts before the answer leaves, so a fencing token is never handed out twi
 On a shared store (several replicas, docs/ha.md) the book is the store's: each decision is
 taken under the lease's row lock on the database's clock, and the expiry is stored in the row,
 so every replica sees the same holder, the same token and the same renewals; `monotonic` is
-then the service's shared clock (the database's, advanced locally), and the book held here is
-a copy refreshed on every decision and listing. Names are not forgotten there (a replica's copy
-could be stale), so the bound on names is the whole of it.
+then the service's shared clock (the database's, advanced locally), which also dates the
+lease facts, the rows' grant times and the expiries listed, as every other fact of a replica
+is dated (`wall` is unused there: a replica's own wall clock, wrong, would store a grant out
+of order with the facts around it and list another expiry than the other replicas do). The
+book held here is a copy refreshed on every decision and listing. Names are not forgotten
+there (a replica's copy could be stale), so the bound on names is the whole of it.
 Watchers (the metrics) hear of what was stored, of renewals, and of each grant that ran out
 unreleased, once, when a request, a listing or a scrape first finds it expired.
 """
@@ -53,9 +56,10 @@ class LeaseDesk:
     ) -> None:
         self.store = store
         self.monotonic = monotonic
-        self.wall = wall
-        self.started = monotonic()
         self.shared = store.shared
+        # On a shared store times are the database's, the shared clock's (module docstring).
+        self.wall = monotonic if self.shared else wall
+        self.started = monotonic()
         if self.shared:  # the stored expiries are on the database's clock, as `monotonic`
             self.book = shared_book(store)
         else:

@@ -13,6 +13,10 @@ import pytest
 import requests
 
 from tests.integration.replica_set import JOIN_TOKEN, Replicas, call
+from xce_controller.clock import SharedClock
+from xce_controller.lease_desk import LeaseDesk
+from xce_controller.store.open import open_store
+from xce_controller.store.postgres import PgStore
 
 TTL = 2.0
 
@@ -126,3 +130,27 @@ def test_a_replica_killed_mid_renewal_and_a_takeover_with_the_next_token(two: Re
     two[0].start()
     assert take(a_url, a, "a").status_code == 409  # the restarted replica knows the new holder
     assert holder(a_url)["token"] == 2
+
+
+def test_a_replica_whose_wall_clock_is_2_minutes_fast_dates_its_leases_by_the_database(
+    pg_dsn: str,
+) -> None:
+    # The desk as a replica's service makes it (the shared clock), its own wall clock wrong.
+    store = open_store(pg_dsn)
+    assert isinstance(store, PgStore)
+    try:
+        desk = LeaseDesk(store, SharedClock(store.db_time), wall=lambda: time.time() + 120)
+        held = desk.acquire("clk", "h1", "s1", 10.0, "host:h1")
+        now = store.db_time()
+        (row,) = store.leases()
+        shown = desk.describe(held)
+        desk.release("clk", "h1", "s1", "host:h1")
+        granted, released = store.lease_facts()
+    finally:
+        store.close()
+    # Each by the database's clock, as every other fact: not 120 s ahead, in order.
+    assert abs(granted.at - now) < 2 and abs(released.at - now) < 2, (granted.at, now)
+    assert abs(float(row["granted_at"]) - now) < 2, (row, now)
+    # The expiry listed is the one stored, which every replica lists alike.
+    assert abs(shown["expires_at"] - held.expires) < 0.5, (shown, held)
+    assert abs(shown["expires_at"] - (now + 10.0)) < 2, (shown, now)

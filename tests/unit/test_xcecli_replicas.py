@@ -1,7 +1,7 @@
 """xcecli with a list of replicas against fake controllers on loopback: a change whose outcome
 one replica could not tell, or whose connection broke once it was sent, is never sent to the
-next (exit 4), and "cannot reach" names only the URLs a command tried, each with how it
-failed."""
+next (exit 4), "cannot reach" names only the URLs a command tried, each with how it failed,
+and an events stream that broke off is read on from its last event on the next URL."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -186,3 +187,67 @@ def test_cannot_reach_names_only_the_urls_tried(replicas: list[Replica]) -> None
     alone = _one_line(_xcecli([refused], "jobs"), "xcecli")
     assert alone == f"xcecli: cannot reach {refused}: connection refused"
     assert _xcecli([spare.url], *SUBMIT).exit_code == 0  # the spare served all along
+
+
+class EventsReplica:
+    """A fake controller serving `/v1/events` from `log` (seq 1..N), chunked as the
+    controller streams it; with `cut_after`, the stream breaks off after that many events
+    (no final chunk: the connection closes). `asked` is each request's `since`."""
+
+    def __init__(self, log: int, cut_after: int | None = None) -> None:
+        self.asked: list[int] = []
+        replica = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                since = int(parse_qs(urlsplit(self.path).query).get("since", ["0"])[0])
+                replica.asked.append(since)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for n, seq in enumerate(range(since + 1, log + 1)):
+                    if cut_after is not None and n == cut_after:
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return  # no final chunk: the answer broke off
+                    line = json.dumps({"seq": seq, "kind": "expected"}).encode() + b"\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.write(b"0\r\n\r\n")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _seqs(output: str) -> list[int]:
+    return [json.loads(line)["seq"] for line in output.splitlines()]
+
+
+def test_an_events_stream_broken_off_reads_on_from_its_last_event_on_the_next_url() -> None:
+    broken, whole = EventsReplica(5, cut_after=2), EventsReplica(5)
+    try:
+        result = _xcecli([broken.url, whole.url], "events", "--json")
+        assert result.exit_code == 0, result.output
+        assert _seqs(result.stdout) == [1, 2, 3, 4, 5]  # every event, none twice
+        assert (broken.asked, whole.asked) == ([0], [2])
+        # Every URL broke off: one line saying where, and how to read on from there.
+        alone = _xcecli([broken.url], "events", "--json", "--since", "1")
+        assert alone.exit_code == 3, alone.output
+        assert _seqs(alone.stdout) == [2, 3]
+        assert _one_line(alone, "xcecli") == (
+            f"xcecli: the events stream from {broken.url} broke off after event #3 (the "
+            "answer broke off before its end); `xcecli events --since 3` reads on from there"
+        )
+    finally:
+        broken.stop()
+        whole.stop()

@@ -90,6 +90,11 @@ class Client:
             raise ControllerRefused(f"{response.status_code}: {line}")
         return body
 
+    def move_on(self) -> None:
+        """The next URL from now on: the current one broke off an answer it had begun (a
+        stream of events), and the read goes on from another."""
+        self.current = (self.current + 1) % len(self.urls)
+
     def unreachable(self, exc: requests.RequestException) -> ControllerUnreachable:
         """The error for `exc`: the URLs the request tried when it ended the last send, else
         (a stream cut after its answer) the URL that answered."""

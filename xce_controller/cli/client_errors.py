@@ -129,6 +129,8 @@ def why_unreachable(exc: BaseException) -> str:
             return "connection reset"
         if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
             return "no route to the host"
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return "the answer broke off before its end"  # a stream cut without a reset
     return f"connection failed ({type(exc).__name__})"
 
 

@@ -4,6 +4,10 @@ Followers wait on a notification the controller gives after each commit (no poll
 then read what is new from the database, which is the only buffer: a slow reader costs one
 indexed query per wake-up and no memory, and a reader that reconnects with the last sequence
 number it saw misses nothing. Secrets in facts (token hashes) never leave.
+
+A stream's first read (`page`) can be made before its answer begins: a store that cannot be
+read then fails the request (503, as every other endpoint answers it) instead of a stream
+already answered 200 and broken off, which a client cannot tell from a cut connection.
 """
 
 from __future__ import annotations
@@ -72,6 +76,19 @@ def _lost_by(event: Event) -> str:
 
 def _secret(name: str) -> bool:
     return any(hint in name.lower() for hint in _SECRET_HINTS)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One read of a stream: its events, the last sequence number it covered, whether more
+    may be stored after it, and the commit count taken before it began (a commit counted
+    since is read at once, not waited for)."""
+
+    events: list[Event]
+    last: int
+    more: bool
+    seen: int
+    jobs: dict[int, str]  # the reader's own job -> host map, carried from page to page
 
 
 class EventHub:
@@ -174,6 +191,16 @@ class EventHub:
             if fut in self._waiters:
                 self._waiters.remove(fut)
 
+    def page(self, since: int, host: str, jobs: dict[int, str] | None = None) -> Page:
+        """The events after `since` (about `host` if given), one page; raises
+        StorageUnavailable when the store cannot be read."""
+        seen = self.commits
+        # A name's records can grow (a new incarnation joins): resolve on every page.
+        keys = self.host_keys(host) if host else None
+        carried = {} if jobs is None else jobs
+        events, last, more = self.read(since, keys, carried)
+        return Page(events, last, more, seen, carried)
+
     async def stream(
         self,
         since: int,
@@ -182,24 +209,22 @@ class EventHub:
         keepalive: float = KEEPALIVE,
         admin: bool = False,
         allowed: Callable[[], bool] = lambda: True,
+        first: Page | None = None,
     ) -> AsyncIterator[dict[str, Any] | None]:
         """Event bodies after `since`; with `follow`, then each new one as it is committed,
         and None after `keepalive` seconds of quiet. The stream ends once `allowed()` says
-        its reader may no longer read (its token changed, its session ended)."""
-        last, jobs = since, dict[int, str]()
+        its reader may no longer read (its token changed, its session ended). `first` is its
+        first page when the caller read it already (before its answer began)."""
+        page = first or self.page(since, host)
         while True:
-            seen = self.commits
-            # A name's records can grow (a new incarnation joins): resolve on every page.
-            keys = self.host_keys(host) if host else None
-            events, last, more = self.read(last, keys, jobs)
             if not allowed():
                 return
-            for event in events:
+            for event in page.events:
                 yield event.to_json(self.ctl.cluster, admin)
-            if more:
-                continue
-            if not follow or self.stopping:
-                return
-            # Commits made while the events above were being sent are read at once.
-            if self.commits == seen and not await self.wait(keepalive):
-                yield None
+            if not page.more:
+                if not follow or self.stopping:
+                    return
+                # Commits made while the events above were being sent are read at once.
+                if self.commits == page.seen and not await self.wait(keepalive):
+                    yield None
+            page = self.page(page.last, host, page.jobs)

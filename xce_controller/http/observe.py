@@ -16,7 +16,7 @@ from typing import Any, Optional
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from xce_controller.http.events import MAX_SEQ, EventHub
+from xce_controller.http.events import MAX_SEQ, EventHub, Page
 from xce_controller.http.metrics import LatencyMiddleware, Metrics
 from xce_controller.http.schemas import ErrorBody
 from xce_controller.http.sessions import check_viewer, still_viewing
@@ -48,7 +48,7 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
         response_class=StreamingResponse,
         responses={
             200: {"content": {NDJSON: {}}, "description": "one JSON event per line"},
-            **{code: {"model": ErrorBody} for code in (401, 413, 422)},
+            **{code: {"model": ErrorBody} for code in (401, 413, 422, 503)},
         },
     )
     async def events(
@@ -64,17 +64,27 @@ def install(app: FastAPI, ctl: Controller, viewer: Callable[..., str]) -> None:
         one as it is committed (an idle stream sends a blank line every 15 s)."""
         admin = by == "admin"  # boot ids are the admin's to see (events.ADMIN_ONLY)
         allowed = still_viewing(ctl, request, by)
+        # Read before the status line: a store that cannot be read is answered 503 here (a
+        # client moves on to another replica) rather than a 200 whose stream breaks off.
+        first = hub.page(since, host)
         return StreamingResponse(
-            _ndjson(hub, since, host, follow, admin, allowed), media_type=NDJSON
+            _ndjson(hub, since, first, host, follow, admin, allowed), media_type=NDJSON
         )
 
     install_ui(app, ctl, hub)
 
 
 async def _ndjson(
-    hub: EventHub, since: int, host: str, follow: bool, admin: bool, allowed: Callable[[], bool]
+    hub: EventHub,
+    since: int,
+    first: Page,
+    host: str,
+    follow: bool,
+    admin: bool,
+    allowed: Callable[[], bool],
 ) -> AsyncIterator[bytes]:
-    async for body in hub.stream(since, host, follow, admin=admin, allowed=allowed):
+    stream = hub.stream(since, host, follow, admin=admin, allowed=allowed, first=first)
+    async for body in stream:
         if body is None:
             yield b"\n"
             continue
