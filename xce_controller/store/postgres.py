@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 from xce_controller.core.codec import host_from_json, host_to_json, job_from_json, job_to_json
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
+from xce_controller.store import pg_copy
 from xce_controller.store.base import (
     FLOOR_ROW,
     LockBusy,
@@ -50,6 +51,7 @@ from xce_controller.store.pg_connection import (
     why,
     with_tcp_bounds,
 )
+from xce_controller.store.pg_copy import Content
 from xce_controller.store.pg_deadline import Watchdog
 from xce_controller.store.pg_listener import CHANNEL, Listener
 
@@ -75,19 +77,9 @@ MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_NOT_AVAILABLE = "55P03"  # the lock timeout passed (pg_connection.LOCK_TIMEOUT)
-APPEND_LOCK = 0x7863650001  # pg_advisory_xact_lock key: one appender at a time
+APPEND_LOCK = pg_copy.APPEND_LOCK  # pg_advisory_xact_lock key: one appender at a time
 MIGRATE_LOCK = 0x7863650002
-MARKER = ""  # the `seen` row that dates the table itself
-
-
-def held_from(row: dict[str, Any], now: float) -> dict[str, Any]:
-    """A lease row copied in from a store that keeps no expiry (SQLite: a restart gives
-    every held lease one TTL from the start): here the expiry is a stored database time,
-    and a row without one reads as expired, so a held lease gets one TTL from `now`, the
-    restart rule; its holder keeps it by renewing. A free lease needs none."""
-    if not row.get("host"):
-        return row
-    return {**row, "expires": now + float(row["ttl"])}
+MARKER = pg_copy.MARKER  # the `seen` row that dates the table itself
 
 
 class PgStore:
@@ -480,49 +472,10 @@ class PgStore:
         seen: dict[str, float],
         floor: int = 0,
     ) -> None:
-        """Another store's whole content, into this empty one, in one transaction; the
-        sequence numbers kept (an events follower's cursor stays good), and the token floor
-        of forgotten lease names (a name taken again must not repeat a token)."""
+        """Another store's whole content, into this empty one, in one transaction
+        (pg_copy.py)."""
         with self._tx(limit=None) as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
-            cur.execute("SELECT (SELECT COUNT(*) FROM facts) + (SELECT COUNT(*) FROM hosts)")
-            if one(cur):
-                raise StorageUnavailable("the target database already holds a cluster")
-            cur.executemany(
-                "INSERT INTO facts (seq, kind, at, by, data) VALUES (%s, %s, %s, %s, %s)",
-                [(n, f.kind, f.at, f.by, Jsonb(f.data)) for n, f in numbered],
-            )
-            cur.executemany(
-                "INSERT INTO hosts (key, data) VALUES (%s, %s)",
-                [(k, json.dumps(host_to_json(h))) for k, h in cluster.hosts.items()],
-            )
-            cur.executemany(
-                "INSERT INTO jobs (id, data) VALUES (%s, %s)",
-                [(i, json.dumps(job_to_json(j))) for i, j in cluster.jobs.items()],
-            )
-            cur.executemany(
-                "INSERT INTO reports (key, data) VALUES (%s, %s)",
-                [(k, json.dumps(r, sort_keys=True)) for k, r in reports.items()],
-            )
-            cur.executemany(
-                "INSERT INTO seen (key, at) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
-                [(k, at) for k, at in seen.items() if k != MARKER],
-            )
-            self._copy_leases(cur, leases, floor)
-
-    def _copy_leases(
-        self, cur: psycopg.Cursor[Any], leases: list[dict[str, Any]], floor: int
-    ) -> None:
-        """The lease rows, last: the clock is read after every other row is in, so that no
-        expiry is earlier than a restart would have given."""
-        cur.execute("SELECT extract(epoch FROM clock_timestamp())")
-        found = cur.fetchone()  # not `one`: it would round the clock down to the second
-        assert found is not None
-        now = float(found[0])
-        rows = [(r["name"], json.dumps(held_from(r, now), sort_keys=True)) for r in leases]
-        if floor:
-            rows.append((FLOOR_ROW, json.dumps({"floor": floor})))
-        cur.executemany("INSERT INTO leases (name, data) VALUES (%s, %s)", rows)
+            pg_copy.copy_in(cur, Content(numbered, cluster, leases, reports, seen, floor))
 
     def listen(self, told: Callable[[int | None], None], poll: float) -> Listener:
         return Listener(self.conninfo, told, poll)
