@@ -32,13 +32,15 @@ CUT = 14.0  # seconds the first replica cannot reach the database: 3.5 graces of
 
 
 class Blackhole:
-    """127.0.0.1:port to the database's unix socket; while `cut` is set, nothing is
-    forwarded either way and connections stay open (a partition, not a refusal)."""
+    """127.0.0.1:port to the database's unix socket; while partitioned, nothing is
+    forwarded either way and connections stay open (a partition, not a refusal). What was
+    sent meanwhile is held and delivered once the cut heals, as TCP's retransmissions do."""
 
     def __init__(self, server_socket: str) -> None:
         self.server_socket = server_socket
-        self.cut = threading.Event()
-        self.dropped = 0  # chunks not forwarded while cut: the cut was met
+        self.healed = threading.Event()
+        self.healed.set()
+        self.held = 0  # chunks held back while cut: the cut was met
         self._sockets: list[socket.socket] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -59,13 +61,19 @@ class Blackhole:
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := _recv(source):
-                if self.cut.is_set():
-                    self.dropped += 1
-                else:
-                    _send(sink, data)
+                if not self.healed.is_set():
+                    self.held += 1
+                    self.healed.wait()
+                _send(sink, data)
         finally:
             source.close()
             sink.close()
+
+    def partition(self) -> None:
+        self.healed.clear()
+
+    def heal(self) -> None:
+        self.healed.set()
 
     def close(self) -> None:
         self._listener.close()
@@ -89,7 +97,7 @@ def cut_off(
         second.start()
         yield first, second, proxy, direct
     finally:
-        proxy.cut.clear()
+        proxy.heal()
         first.stop()
         second.stop()
         proxy.close()
@@ -125,16 +133,16 @@ def test_hosts_beating_through_a_replica_cut_off_from_the_database_are_not_lost(
 
         wait_for(lambda: job_state() == "running", timeout=30)
         assert _health(first) == (200, "ok")
-        proxy.cut.set()
+        proxy.partition()
         wait_for(lambda: _health(first) == (503, "isolated"), timeout=15)
         wait_for(lambda: f"now at {b}" in agent.log(), timeout=15)  # moved, at the 503
         done = threading.Event()
         done.wait(CUT)  # the cut lasts: past three graces of the second replica's timers
-        assert proxy.dropped > 0  # the first replica's database traffic was cut
+        assert proxy.held > 0  # the first replica's database traffic was cut
         assert "lost" not in _states(dsn), _states(dsn)
         assert job_state() == "running"
         assert call(b, "GET", "/v1/hosts/n1").json()["state"] == "open"
-        proxy.cut.clear()
+        proxy.heal()
         wait_for(lambda: _health(first) == (200, "ok"), timeout=20)  # back in rotation
         assert call(a, "GET", "/v1/hosts/n1").json()["state"] == "open"
         assert agent.worker_pid() == worker and worker is not None and alive(worker)

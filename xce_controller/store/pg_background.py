@@ -75,8 +75,11 @@ class Beats:
 
 
 class Outage:
-    def __init__(self, probe: Callable[[], None]) -> None:
+    def __init__(self, probe: Callable[[], None], after: Callable[[], None] = lambda: None) -> None:
         self._probe = probe  # connects once; raises while the database is unreachable
+        # Once it is over, best effort and unbounded (a check of the pool's connections): a
+        # step that hangs on a connection the outage broke must not hold the outage open.
+        self._after = after
         self.cause = ""  # while set, calls fail at once with it
         self._since = 0.0  # monotonic time the outage began, while there is one
         self._lock = threading.Lock()
@@ -111,6 +114,10 @@ class Outage:
                 self.cause = ""
                 self._prober = None
             log.warning("database reachable again")
+            try:
+                self._after()
+            except Exception as exc:  # best effort: a later call finds out
+                log.debug("after the outage: %s", exc)
             return
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -111,7 +111,7 @@ class PgStore:
             open=False,
         )
         self.pool.open(wait=True, timeout=CONNECT_TIMEOUT)
-        self.outage = Outage(self._probe)
+        self.outage = Outage(self._probe, self.pool.check)
         try:
             self.version = self._schema(migrate, explicit)
         except BaseException:
@@ -200,13 +200,11 @@ class PgStore:
 
     def _probe(self) -> None:
         """From the outage's thread: raises while the database is unreachable or does not
-        answer. Once it is back, the pool drops the connections the outage broke, so no call
-        meets one."""
+        answer. Once it is back, the pool drops the connections the outage broke (the
+        outage's `after`), so few calls meet one."""
         conn = psycopg.connect(self.conninfo, connect_timeout=int(CONNECT_TIMEOUT))
         with conn, self.watchdog.bound(conn.fileno(), DEADLINE):
             conn.execute("SELECT 1")
-        with suppress(Exception):
-            self.pool.check()
 
     def _rows(
         self, sql: str, params: Any = (), limit: float | None = DEADLINE
