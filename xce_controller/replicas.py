@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, cast
 
+from xce_controller.core.config import ClusterConfig
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
 from xce_controller.shared_reads import SharedReads
@@ -30,14 +31,26 @@ POLL = 1.0  # seconds between reads of the log's head when no NOTIFY came
 # change decided there is still refused by the store if the log moved): a database that
 # stops answering holds no request longer, and the store's own deadline ends the read.
 FOLLOW_WAIT = 1.0
+# How long a replica cut off from its database still answers heartbeats from memory: a
+# failover of the primary (under a second) then costs no heartbeat. Past it the replica is
+# isolated, and its heartbeats are answered 503 (Replica.heard).
+ISOLATED_AFTER = 2.0
+
+
+def isolated_after(grace: float) -> float:
+    """ISOLATED_AFTER, or an eighth of the grace if less: a host handed on then is heard by
+    another replica well within its grace."""
+    return min(ISOLATED_AFTER, grace / 8)
 
 
 class Controller(Protocol):
     """What a replica reads and moves of its controller (service.Controller)."""
 
     store: Store
+    cfg: ClusterConfig
     cluster: Cluster
     seen: dict[str, float]
+    storage_down: str
     alive_since: float
     on_applied: list[Callable[[list[Fact]], None]]
 
@@ -103,6 +116,9 @@ class Replica:
             self._reader, self.ctl.store.facts_after, self.ctl.cluster.version
         )
         self.store_seconds += time.monotonic() - started
+        if self.ctl.storage_down:  # the database answers again: so will a change, likely
+            log.warning("storage reachable again")
+            self.ctl.storage_down = ""
         if not self.dirty:
             self._apply(rows)
 
@@ -155,15 +171,17 @@ class Replica:
 
     # --- liveness -----------------------------------------------------------------------
     def isolated(self) -> bool:
-        """Cut off from the database (an outage under way: pg_background.Outage)."""
-        return not self.store.reachable()
+        """Cut off from the database (an outage under way: pg_background.Outage) for
+        longer than isolated_after(grace)."""
+        return self.store.unreachable_for() > isolated_after(self.ctl.cfg.host_loss_grace)
 
     def heard(self, key: str, now: float) -> None:
         """Share a host's heartbeat. Refused while this replica is isolated (StorageUnavailable:
         503, and the agent moves to its next URL): the other replicas would not hear the host
         through it, and would take it for lost once their grace ends, however long this one
-        answered it. A database away for every replica costs no host either: each gives every
-        host a fresh grace once it is back (stall_watch.py)."""
+        answered it (a short outage, a failover, is answered from memory: isolated_after).
+        A database away for every replica costs no host either: each gives every host a
+        fresh grace once it is back (stall_watch.py)."""
         if self.isolated():
             raise StorageUnavailable(
                 f"this replica has not reached its database for "

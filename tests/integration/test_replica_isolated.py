@@ -4,7 +4,8 @@ must not be declared lost by the other.
 
 The cut-off replica cannot share the heartbeats it hears, so the other sees those hosts
 silent. Once it knows (a read of the log unanswered for 1 s, a failed call) it answers
-heartbeats 503 and its /healthz 503 "isolated", and the agent moves to the next URL, where
+heartbeats 503 and its /healthz 503 "isolated" (after isolated_after: an eighth of the
+grace, 2 s at most), and the agent moves to the next URL, where
 it is heard. Before, it answered 200 from memory for as long as the cut lasted: the other
 replica declared the host lost after its grace and requeued its running job, which ran twice
 once the cut healed.
@@ -28,7 +29,9 @@ from tests.integration.test_commit_outcome import _recv, _send
 from tests.pg_server import PgCluster
 from xce_controller.store.open import open_store
 
-CUT = 14.0  # seconds the first replica cannot reach the database: 3.5 graces of 4 s
+# A grace of 8 s: isolated after 1 s (an eighth), then the heartbeat interval and the move.
+GRACED = CONFIG.replace("host_loss_grace: 4s", "host_loss_grace: 8s")
+CUT = 20.0  # seconds the first replica cannot reach the database: 2.5 graces
 
 
 class Blackhole:
@@ -90,8 +93,8 @@ def cut_off(
     proxy = Blackhole(f"{pg.primary.socket}/.s.PGSQL.{pg.primary.port}")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    first = ControllerProcess(tmp_path / "a", CONFIG, db=f"host=127.0.0.1 port={proxy.port} {via}")
-    second = ControllerProcess(tmp_path / "b", CONFIG, db=direct)
+    first = ControllerProcess(tmp_path / "a", GRACED, db=f"host=127.0.0.1 port={proxy.port} {via}")
+    second = ControllerProcess(tmp_path / "b", GRACED, db=direct)
     try:
         first.start()
         second.start()
@@ -137,13 +140,18 @@ def test_hosts_beating_through_a_replica_cut_off_from_the_database_are_not_lost(
         wait_for(lambda: _health(first) == (503, "isolated"), timeout=15)
         wait_for(lambda: f"now at {b}" in agent.log(), timeout=15)  # moved, at the 503
         done = threading.Event()
-        done.wait(CUT)  # the cut lasts: past three graces of the second replica's timers
+        done.wait(CUT)  # the cut lasts: past two graces of the second replica's timers
         assert proxy.held > 0  # the first replica's database traffic was cut
+        change = call(a, "POST", "/v1/expected", {"instance_id": "i-9", "template": "default"})
+        assert change.status_code == 503, change.text  # refused there: storage unavailable
         assert "lost" not in _states(dsn), _states(dsn)
         assert job_state() == "running"
         assert call(b, "GET", "/v1/hosts/n1").json()["state"] == "open"
         proxy.heal()
         wait_for(lambda: _health(first) == (200, "ok"), timeout=20)  # back in rotation
+        # and saying its storage is fine again, before any change through it succeeded
+        storage = requests.get(a + "/healthz", timeout=5).json()["storage"]
+        assert storage == "ok", storage
         assert call(a, "GET", "/v1/hosts/n1").json()["state"] == "open"
         assert agent.worker_pid() == worker and worker is not None and alive(worker)
         assert "lost" not in _states(dsn) and job_state() == "running"

@@ -10,6 +10,7 @@ header.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Optional
 
@@ -23,7 +24,10 @@ from xce_controller.http.sessions import check_viewer, still_viewing
 from xce_controller.http.ui import install_ui
 from xce_controller.http.ui_sessions import Sessions
 from xce_controller.service import Controller
+from xce_controller.store.base import StorageUnavailable
 from xce_protocol.times import times_to_rfc3339
+
+log = logging.getLogger(__name__)
 
 NDJSON = "application/x-ndjson"
 
@@ -84,13 +88,19 @@ async def _ndjson(
     allowed: Callable[[], bool],
 ) -> AsyncIterator[bytes]:
     stream = hub.stream(since, host, follow, admin=admin, allowed=allowed, first=first)
-    async for body in stream:
-        if body is None:
-            yield b"\n"
-            continue
-        # Protocol 1.2: its times, and those of its data, as RFC 3339 (the status page, which
-        # reads the same stream in process, keeps seconds).
-        yield (json.dumps(times_to_rfc3339(body), sort_keys=True) + "\n").encode()
+    try:
+        async for body in stream:
+            if body is None:
+                yield b"\n"
+                continue
+            # Protocol 1.2: its times, and those of its data, as RFC 3339 (the status page,
+            # which reads the same stream in process, keeps seconds).
+            yield (json.dumps(times_to_rfc3339(body), sort_keys=True) + "\n").encode()
+    except StorageUnavailable as exc:
+        if not follow:
+            raise  # a read with an end: broken off, so its reader does not take it as whole
+        # A follower reconnects from its last event, as after a restart: ended, not broken.
+        log.warning("events stream ended: the store cannot be read (%s)", exc)
 
 
 def refused(request: Request, kind: str) -> None:
