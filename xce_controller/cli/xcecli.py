@@ -95,6 +95,9 @@ def main(
     if token and not names.is_bearer_token(token):  # no header carries it (never shown)
         raise UsageError("--token: expected printable ASCII characters without spaces")
     ctx.obj = Client(url, token, timeout, client_tls(ca_file, client_cert_file, client_key_file))
+    # Its connections closed with the command, however it ends (an older urllib3 leaves one
+    # cut mid-answer open otherwise).
+    ctx.call_on_close(ctx.obj.session.close)
 
 
 for _command in (
