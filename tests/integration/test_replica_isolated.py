@@ -25,7 +25,7 @@ from tests.integration.agents import AgentProcess
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import alive, wait_for
 from tests.integration.replica_set import CONFIG, JOIN_TOKEN, call
-from tests.integration.test_commit_outcome import _recv, _send
+from tests.integration.test_commit_outcome import MuteProxy, _recv, _send
 from tests.pg_server import PgCluster
 from xce_controller.store.open import open_store
 
@@ -34,32 +34,23 @@ GRACED = CONFIG.replace("host_loss_grace: 4s", "host_loss_grace: 8s")
 CUT = 20.0  # seconds the first replica cannot reach the database: 2.5 graces
 
 
-class Blackhole:
-    """127.0.0.1:port to the database's unix socket; while partitioned, nothing is
-    forwarded either way and connections stay open (a partition, not a refusal). What was
-    sent meanwhile is held and delivered once the cut heals, as TCP's retransmissions do."""
+class Blackhole(MuteProxy):
+    """127.0.0.1:port to the database's unix socket (test_commit_outcome's proxy, whose
+    accepting and closing it keeps); while partitioned, nothing is forwarded either way and
+    connections stay open (a partition, not a refusal). What was sent meanwhile is held and
+    delivered once the cut heals, as TCP's retransmissions do."""
 
     def __init__(self, server_socket: str) -> None:
-        self.server_socket = server_socket
         self.healed = threading.Event()
         self.healed.set()
         self.held = 0  # chunks held back while cut: the cut was met
-        self._sockets: list[socket.socket] = []
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(server_socket)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.socket(socket.AF_UNIX)
-            self._sockets += [client, server]
-            server.connect(self.server_socket)
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+    def _up(self, client: socket.socket, server: socket.socket) -> None:
+        self._pump(client, server)
+
+    def _down(self, server: socket.socket, client: socket.socket) -> None:
+        self._pump(server, client)
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
@@ -77,11 +68,6 @@ class Blackhole:
 
     def heal(self) -> None:
         self.healed.set()
-
-    def close(self) -> None:
-        self._listener.close()
-        for sock in self._sockets:
-            sock.close()
 
 
 @pytest.fixture
