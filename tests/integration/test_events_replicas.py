@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.integration.test_outcome_unknown_replicas import Proxy
+from tests.integration.test_outcome_unknown_replicas import proxied_pair
 from tests.pg_server import PgCluster
 from tests.unit.test_error_exits import _runner
 from xce_controller.cli.xcecli import main as xcecli_main
-from xce_controller.core.config import load_cluster_config
 from xce_controller.http.server import EmbeddedController
 
 CONFIG = """\
@@ -34,15 +33,7 @@ REFUSED = 'xce_controller_refusals_total{code="refused_storage_unavailable",endp
 def cut(tmp_path: Path, pg: PgCluster) -> Iterator[tuple[EmbeddedController, EmbeddedController]]:
     """Two replicas: the first reaches the database through a proxy that `mute` cuts, the
     second directly."""
-    direct = pg.database()
-    via_proxy = direct.replace(f"host={pg.primary.socket} port={pg.primary.port}", "")
-    proxy = Proxy(f"{pg.primary.socket}/.s.PGSQL.{pg.primary.port}")
-    config = tmp_path / "c.yaml"
-    config.write_text(CONFIG)
-    cfg = load_cluster_config(config)
-    first = EmbeddedController(cfg, f"host=127.0.0.1 port={proxy.port} {via_proxy}").start()
-    second = EmbeddedController(cfg, direct).start()
-    try:
+    with proxied_pair(tmp_path, pg, CONFIG) as (first, second, proxy, _):
         join = {"host": "pd0", "boot_id": "b1"}
         headers = {"Authorization": "Bearer j0in-t0ken"}
         assert requests.post(f"{second.url}/v1/join", json=join, headers=headers, timeout=30).ok
@@ -52,10 +43,6 @@ def cut(tmp_path: Path, pg: PgCluster) -> Iterator[tuple[EmbeddedController, Emb
             assert made.ok, made.text
         proxy.muted.set()  # from now on the first replica's database never answers
         yield first, second
-    finally:
-        proxy.close()
-        first.stop()
-        second.stop()
 
 
 def _refusals(url: str) -> float:

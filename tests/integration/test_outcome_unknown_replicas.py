@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,17 +33,24 @@ class Proxy(MuteProxy):
             _send(server, data)
 
 
-@pytest.fixture
-def two(
-    tmp_path: Path, pg: PgCluster
-) -> Iterator[tuple[EmbeddedController, EmbeddedController, MuteProxy, str]]:
+def through(proxy: MuteProxy, pg: PgCluster, direct: str) -> str:
+    """`direct`'s connection string with the proxy's address in place of the primary's."""
+    rest = direct.replace(f"host={pg.primary.socket} port={pg.primary.port}", "")
+    return f"host=127.0.0.1 port={proxy.port} {rest}"
+
+
+@contextmanager
+def proxied_pair(
+    tmp_path: Path, pg: PgCluster, text: str
+) -> Iterator[tuple[EmbeddedController, EmbeddedController, Proxy, str]]:
+    """Two replicas on one database with the cluster config `text`: the first reaches it
+    through a Proxy, the second directly (its connection string is the fourth value)."""
     direct = pg.database()
-    via_proxy = direct.replace(f"host={pg.primary.socket} port={pg.primary.port}", "")
     proxy = Proxy(f"{pg.primary.socket}/.s.PGSQL.{pg.primary.port}")
     config = tmp_path / "c.yaml"
-    config.write_text(CONFIG)
+    config.write_text(text)
     cfg = load_cluster_config(config)
-    first = EmbeddedController(cfg, f"host=127.0.0.1 port={proxy.port} {via_proxy}").start()
+    first = EmbeddedController(cfg, through(proxy, pg, direct)).start()
     second = EmbeddedController(cfg, direct).start()
     try:
         yield first, second, proxy, direct
@@ -52,8 +60,16 @@ def two(
         second.stop()
 
 
+@pytest.fixture
+def two(
+    tmp_path: Path, pg: PgCluster
+) -> Iterator[tuple[EmbeddedController, EmbeddedController, Proxy, str]]:
+    with proxied_pair(tmp_path, pg, CONFIG) as pair:
+        yield pair
+
+
 def test_a_submit_whose_commit_answer_was_lost_is_stored_once_and_said_so(
-    two: tuple[EmbeddedController, EmbeddedController, MuteProxy, str],
+    two: tuple[EmbeddedController, EmbeddedController, Proxy, str],
 ) -> None:
     first, second, proxy, direct = two
     urls = ["--url", f"{first.url},{second.url}", "--token", "adm1n-t0ken"]

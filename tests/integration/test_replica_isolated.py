@@ -26,6 +26,7 @@ from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import alive, wait_for
 from tests.integration.replica_set import CONFIG, JOIN_TOKEN, call
 from tests.integration.test_commit_outcome import MuteProxy, _recv, _send
+from tests.integration.test_outcome_unknown_replicas import through
 from tests.pg_server import PgCluster
 from xce_controller.store.open import open_store
 
@@ -75,11 +76,10 @@ def cut_off(
     tmp_path: Path, pg: PgCluster
 ) -> Iterator[tuple[ControllerProcess, ControllerProcess, Blackhole, str]]:
     direct = pg.database()
-    via = direct.replace(f"host={pg.primary.socket} port={pg.primary.port}", "")
     proxy = Blackhole(f"{pg.primary.socket}/.s.PGSQL.{pg.primary.port}")
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    first = ControllerProcess(tmp_path / "a", GRACED, db=f"host=127.0.0.1 port={proxy.port} {via}")
+    first = ControllerProcess(tmp_path / "a", GRACED, db=through(proxy, pg, direct))
     second = ControllerProcess(tmp_path / "b", GRACED, db=direct)
     try:
         first.start()

@@ -29,7 +29,20 @@ def _answer_of(exc: StorageUnavailable) -> tuple[int, dict[str, Any]]:
     return response.status_code, json.loads(bytes(response.body))
 
 
-class Replica:
+class FakeServer:
+    """A handler class served on 127.0.0.1:0 from a thread, until `stop`."""
+
+    def serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Replica(FakeServer):
     """A fake controller on 127.0.0.1:0 that counts the requests it gets, by method and path.
     `answer` is (status, body) for every request; `close` cuts each one without an answer."""
 
@@ -59,13 +72,7 @@ class Replica:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 @pytest.fixture
@@ -189,7 +196,7 @@ def test_cannot_reach_names_only_the_urls_tried(replicas: list[Replica]) -> None
     assert _xcecli([spare.url], *SUBMIT).exit_code == 0  # the spare served all along
 
 
-class EventsReplica:
+class EventsReplica(FakeServer):
     """A fake controller serving `/v1/events` from `log` (seq 1..N), chunked as the
     controller streams it; with `cut_after`, the stream breaks off after that many events
     (no final chunk: the connection closes). `asked` is each request's `since`."""
@@ -220,13 +227,7 @@ class EventsReplica:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.serve(Handler)
 
 
 def _seqs(output: str) -> list[int]:
