@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 BENCH_VENV := bench/.venv
 
-.PHONY: test lint typecheck unit demo demo-onprem bench bench-ha bench-quick lease-soak lease-replica-soak never-two-soak provisioner-idle-soak ha-soak ha-failover clean system-deps e2e-deps packages
+.PHONY: test lint typecheck unit demo demo-onprem bench bench-ha bench-quick lease-soak lease-replica-soak liveness-soak never-two-soak provisioner-idle-soak ha-soak ha-failover clean system-deps e2e-deps packages
 
 # Debian 12 ships python3 without venv/ensurepip; install it when we can (root), else say how.
 system-deps:
@@ -75,6 +75,14 @@ lease-soak: $(STAMP)
 REPLICA_SCHEDULES ?= 100
 lease-replica-soak: $(STAMP)
 	XCE_LEASE_REPLICA_SCHEDULES=$(REPLICA_SCHEDULES) $(PY) -m pytest -q -s tests/integration/test_lease_replicas.py
+
+# The liveness checker at length: random schedules of replica kills, stops and database cuts,
+# the whole database stopped, hosts silenced, against three replicas on PostgreSQL
+# (tests/integration/test_liveness_checker.py runs 2 in `make test`); SEED=S replays from S.
+LIVENESS_SCHEDULES ?= 30
+liveness-soak: $(STAMP)
+	XCE_LIVENESS_SCHEDULES=$(LIVENESS_SCHEDULES) $(if $(SEED),XCE_LIVENESS_SEED=$(SEED)) \
+	  $(PY) -m pytest -q -s tests/integration/test_liveness_checker.py
 
 # The failover tests measured longer: 5,000 simulated hosts heartbeating through three replicas
 # on PostgreSQL while the primary is killed and its standby promoted, then while a replica is
