@@ -78,7 +78,7 @@ lease-replica-soak: $(STAMP)
 
 # The liveness checker at length: random schedules of replica kills, stops and database cuts,
 # the whole database stopped, hosts silenced, against three replicas on PostgreSQL
-# (tests/integration/test_liveness_checker.py runs 2 in `make test`); SEED=S replays from S.
+# (tests/integration/test_liveness_checker.py runs 1 in `make test`); SEED=S replays from S.
 LIVENESS_SCHEDULES ?= 30
 liveness-soak: $(STAMP)
 	XCE_LIVENESS_SCHEDULES=$(LIVENESS_SCHEDULES) $(if $(SEED),XCE_LIVENESS_SEED=$(SEED)) \
