@@ -12,6 +12,7 @@ to the next replica and tries again after a backoff that doubles up to a quarter
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -175,7 +176,7 @@ class Rig:
         self.counts: Counter[str] = Counter()
         self.stopping = False
         self.began = 0.0  # the wall time the faults count from
-        self.busy = {k: asyncio.Lock() for k in (-1, *range(REPLICAS))}
+        self.busy: dict[int, asyncio.Lock] = {}  # made in the run's loop (_run)
 
     def start(self) -> Rig:
         open_store(self.direct).close()  # the schema, once, before the replicas race for it
@@ -184,6 +185,11 @@ class Rig:
         return self
 
     def stop(self) -> None:
+        # A run that broke off mid-fault leaves nothing stopped: the database is the
+        # module's, and a stopped replica would not hear its SIGTERM.
+        with contextlib.suppress(psutil.Error):
+            _continued(_database_pids(self.pg))
+        _continued([p.proc.pid for p in self.procs if p.proc and p.proc.poll() is None], True)
         for proxy in self.proxies:
             proxy.heal()
         for proc in self.procs:
@@ -320,6 +326,13 @@ def _signalled(pids: list[int], group: bool = False) -> Callable[[], None]:
     return undo
 
 
+def _continued(pids: list[int], group: bool = False) -> None:
+    send = os.killpg if group else os.kill
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            send(pid, signal.SIGCONT)
+
+
 def _restart(proc: ControllerProcess) -> None:
     """Started again (on its port); a start that meets the database stopped is tried again."""
     for _ in range(3):
@@ -334,6 +347,7 @@ def _restart(proc: ControllerProcess) -> None:
 async def _run(rig: Rig, seed: int, seconds: float) -> list[Fault]:
     faults = schedule(seed, seconds)
     await rig.join()
+    rig.busy = {k: asyncio.Lock() for k in (-1, *range(REPLICAS))}
     began, rig.began = time.monotonic(), time.time()
     rng = random.Random(seed)  # noqa: S311 - reproducible phases
     beats = [asyncio.ensure_future(rig.beat(h, rng.uniform(0, INTERVAL))) for h in rig.hosts]
