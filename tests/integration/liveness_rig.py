@@ -318,15 +318,11 @@ def _signalled(pids: list[int], group: bool = False) -> Callable[[], None]:
     send = os.killpg if group else os.kill
     for pid in pids:
         send(pid, signal.SIGSTOP)
-
-    def undo() -> None:
-        for pid in pids:
-            send(pid, signal.SIGCONT)
-
-    return undo
+    return lambda: _continued(pids, group)
 
 
 def _continued(pids: list[int], group: bool = False) -> None:
+    """SIGCONT to `pids` (process groups when `group`), those still there."""
     send = os.killpg if group else os.kill
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
