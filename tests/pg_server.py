@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 
@@ -116,6 +117,12 @@ class PgServer:
             log = self.root / f"{self.data.name}.log"
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise RuntimeError(f"promote failed: {done.stdout}{done.stderr}\n{tail}")
+
+    def processes(self) -> list[psutil.Process]:
+        """The postmaster and every process it started (backends, walsender, checkpointer):
+        what a frozen machine stops."""
+        postmaster = psutil.Process(self.proc_pid)
+        return [postmaster, *postmaster.children(recursive=True)]
 
     def kill(self) -> None:
         """kill -9 of the postmaster (its backends exit when they see it gone)."""

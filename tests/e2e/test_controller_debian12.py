@@ -3,12 +3,12 @@
 The development venv has current releases (pydantic 2); the xce-controller .deb runs on
 Debian's. In the cached bookworm rootfs with those packages (the one tests/e2e/test_cluster.py
 installs the .deb into), under systemd-nspawn without booting, the controller's unit tests and
-its API, shutdown, authorization-matrix, lease and read-deadline integration
-tests run from this tree: what meets those libraries (INTEGRATION, DESELECTED and ONLY say
-what is left out, and why). Not here either: the OpenAPI document (pydantic 1 words some schemas
-differently; the committed one is pydantic 2's) and the schemathesis fuzz test (not in
-Debian 12). The PostgreSQL store and replica tests run on Debian's psycopg 3.1 and
-PostgreSQL 15, so the .deb's Suggests are what is tested. Needs root and systemd-nspawn.
+its API, shutdown, authorization-matrix, lease and read-deadline integration tests run from
+this tree: what meets those libraries (INTEGRATION, DESELECTED and ONLY say what is left out,
+and why). Not here either: the OpenAPI document (pydantic 1 words some schemas differently;
+the committed one is pydantic 2's) and the schemathesis fuzz test (not in Debian 12). The
+PostgreSQL store and replica tests run on Debian's psycopg 3.1 and PostgreSQL 15, so the
+.deb's Suggests are what is tested. Needs root and systemd-nspawn.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ pytestmark = [
 # 35 s): its subject is the agents' side of the protocol, which runs on Debian 12 from the .deb
 # in test_boot.py and test_cluster.py (the latter against this controller from its .deb); the
 # controller's answers it reads are the ones test_controller_api.py and the authorization
-# matrix assert here. Nor test_identity.py (about 45 s): its subject is the
-# agent's identity across restarts and clones, decided by the controller's core; the join
-# answers it reads are test_controller_api.py's and the matrix's.
+# matrix assert here. Nor test_identity.py (about 45 s): its subject is the agent's identity
+# across restarts and clones, decided by the controller's core; the join answers it reads are
+# test_controller_api.py's and the matrix's.
 INTEGRATION = (
     "tests/integration/test_controller_api.py",
     "tests/integration/test_controller_stop.py",

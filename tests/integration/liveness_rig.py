@@ -309,8 +309,7 @@ class Rig:
 
 
 def _database_pids(pg: PgCluster) -> list[int]:
-    postmaster = psutil.Process(pg.primary.proc_pid)
-    return [postmaster.pid, *(p.pid for p in postmaster.children(recursive=True))]
+    return [p.pid for p in pg.primary.processes()]
 
 
 def _signalled(pids: list[int], group: bool = False) -> Callable[[], None]:

@@ -96,6 +96,7 @@ UNAUTHORIZED = (401, "unauthorized")
 UNKNOWN = (401, "unknown_credential")
 STALE = (409, "stale_incarnation")
 OK = (200, None)
+REFUSED = frozenset({401, 403})  # a refused caller changes nothing
 # The answer of each class of operation (by its security) to each bearer.
 ANSWERS: dict[tuple[str, ...], dict[str, tuple[int, str | None]]] = {
     (): dict.fromkeys(BEARERS, OK),
@@ -271,7 +272,7 @@ def world(
     params = request.node.callspec.params
     if "schemes" in params:
         status, _ = expected(params["method"], params["schemes"], params["bearer"])
-        if status in {401, 403}:
+        if status in REFUSED:
             if backend not in refused_worlds:
                 refused_worlds[backend] = _built(tmp_path, backend, request)
             yield refused_worlds[backend]
@@ -306,7 +307,7 @@ def test_authorization_matrix(
         status = 201
     got = answer.json().get("error") if answer.status_code >= 400 else None
     assert (answer.status_code, got) == (status, kind), answer.text
-    if status in {401, 403}:  # a refused caller changes nothing
+    if status in REFUSED:
         assert len(world.ctl.store.facts()) == before
     if kind == "stale_incarnation":  # recorded as a fact, and the host still works
         assert world.ctl.store.facts()[-1].kind == "refused"

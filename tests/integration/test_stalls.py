@@ -28,7 +28,7 @@ import requests
 from tests.integration.controller_proc import ControllerProcess
 from tests.integration.helpers import wait_for
 from tests.integration.replica_set import ADMIN, CONFIG, JOIN_TOKEN, Replicas, call
-from tests.pg_server import PgCluster, need_pg
+from tests.pg_server import PgCluster, PgServer, need_pg
 from xce_controller.core.config import load_cluster_config
 from xce_controller.core.lifecycle import JoinRequest
 from xce_controller.service import Controller
@@ -79,8 +79,8 @@ def _lost(dsn: str) -> list[dict[str, object]]:
         store.close()
 
 
-def _freeze(pid: int) -> list[psutil.Process]:
-    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+def _freeze(server: PgServer) -> list[psutil.Process]:
+    procs = server.processes()
     for proc in procs:
         proc.send_signal(signal.SIGSTOP)
     return procs
@@ -101,7 +101,7 @@ def test_a_database_that_stops_answering_holds_no_heartbeat_and_loses_no_host(
         cred = call(a, "POST", "/v1/join", {"host": "h0"}, JOIN_TOKEN).json()["credential"]
         with Beater(a, "h0", cred) as beats:
             wait_for(lambda: len(beats.answers) >= 3, 30)
-            frozen = _freeze(pg.primary.proc_pid)
+            frozen = _freeze(pg.primary)
             stopped = time.monotonic()
             time.sleep(1.0)  # the stop under way, as a change would meet it
             began = time.monotonic()
