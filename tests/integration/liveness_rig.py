@@ -4,9 +4,10 @@ faults: a replica killed -9 and restarted, stopped (SIGSTOP) or cut off from the
 the whole database stopped, a host silenced for good. Faults overlap; some last longer than
 the grace. liveness_history.py judges what the hosts saw against the lost facts stored.
 
-A host heartbeats every INTERVAL. Without an answer in TIMEOUT, or on a 502/503/504, it moves
-to the next replica and tries again after a backoff that doubles up to a quarter of the grace
-(the agent's URL list backs off to below half of it).
+A host heartbeats every INTERVAL. Without an answer in TIMEOUT, or on a 502/503/504 (the
+agent's rule, xce_protocol.replicas.moves_on), it moves to the next replica and tries again
+after a backoff that doubles up to a quarter of the grace (the agent's URL list backs off to
+below half of it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tests.integration.test_outcome_unknown_replicas import through
 from tests.integration.test_replica_isolated import Blackhole
 from tests.pg_server import PgCluster
 from xce_controller.store.open import open_store
+from xce_protocol.replicas import moves_on
 
 INTERVAL = 1.0
 GRACE = 12.0  # isolated after an eighth: 1.5 s
@@ -208,8 +210,9 @@ class Rig:
         finally:
             conn.close()
 
-    async def _once(self, host: Host) -> int:
-        """One heartbeat through the host's replica: its status, 0 for none in TIMEOUT."""
+    async def _once(self, host: Host) -> int | None:
+        """One heartbeat through the host's replica: its status, None for none in TIMEOUT;
+        it moves to the next replica as the agent's URL list does (moves_on)."""
         if host.restarted and host.conn is not None:
             host.conn.close()  # to the replica it was at before the restart
             host.conn = None
@@ -217,14 +220,15 @@ class Rig:
         if host.conn is None:
             host.conn = Conn("127.0.0.1", self.procs[host.at].port)
         path = f"/v1/hosts/{host.name}/heartbeat"
+        status: int | None
         try:
             status, _ = await asyncio.wait_for(
                 host.conn.request("POST", path, BODY, host.credential), TIMEOUT
             )
         except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError):
-            status = 0
-        if status in (0, 502, 503, 504):
-            self.counts["timeout-or-refused-connection" if status == 0 else str(status)] += 1
+            status = None
+        if moves_on(status):
+            self.counts["timeout-or-refused-connection" if status is None else str(status)] += 1
             host.conn.close()
             host.conn = None
             host.at = (host.at + 1) % REPLICAS
@@ -247,7 +251,7 @@ class Rig:
                 host.acked.append(sent)
                 self.counts["ack"] += 1
                 due, backoff = max(due + INTERVAL, time.monotonic()), 0.2
-            elif status in (0, 502, 503, 504):
+            elif moves_on(status):
                 due, backoff = time.monotonic() + backoff, min(backoff * 2, GRACE / 4)
             else:
                 self.counts[f"refused_{status}"] += 1
