@@ -22,6 +22,7 @@ from xce_controller.http.events import KEEPALIVE
 from xce_controller.store.open import open_store
 
 TTL = 1.5
+RESTART_TTL = 4.0  # outlasts a kill -9 and restart on a loaded machine
 CONFIG = """\
 version: 1
 heartbeat_interval: 1s
@@ -64,9 +65,13 @@ def join(ctl: ControllerProcess, name: str) -> dict[str, str]:
 
 
 def take(
-    ctl: ControllerProcess, cred: dict[str, str], host: str, session: str = "s1"
+    ctl: ControllerProcess,
+    cred: dict[str, str],
+    host: str,
+    session: str = "s1",
+    ttl: float = TTL,
 ) -> requests.Response:
-    body = {"host": host, "session": session, "ttl": TTL}
+    body = {"host": host, "session": session, "ttl": ttl}
     return requests.post(ctl.url + "/v1/leases/prov", json=body, headers=cred, timeout=10)
 
 
@@ -163,19 +168,32 @@ def test_bad_requests_are_one_line_and_change_nothing(ctl: ControllerProcess) ->
 
 
 def test_kill_9_and_restart_keep_tokens_and_wait_one_ttl(ctl: ControllerProcess) -> None:
+    # On PostgreSQL a lease's expiry is the stored one (the database's clock), so a restart
+    # slower than the TTL would free it legitimately: the TTL here outlasts a restart under
+    # load (CI once took over 1.5 s), and the test checks it did.
+    ttl = RESTART_TTL
     a, b = join(ctl, "a"), join(ctl, "b")
-    assert take(ctl, a, "a").json()["token"] == 1
+    taken = time.monotonic()  # before the request: the expiry runs from no sooner
+    assert take(ctl, a, "a", ttl=ttl).json()["token"] == 1
     ctl.kill()
     ctl.start()
     restarted = time.monotonic()
     # Nobody but the holder before the restart gets it for one TTL from the start ...
-    assert take(ctl, b, "b").status_code == 409
+    assert take(ctl, b, "b", ttl=ttl).status_code == 409
     # ... and the holder keeps its token when it renews in time.
-    renewed = take(ctl, a, "a")
+    renewed = take(ctl, a, "a", ttl=ttl)
+    assert time.monotonic() - taken < ttl, "the restart outlasted the TTL: the test says nothing"
     assert renewed.status_code == 200 and renewed.json()["token"] == 1
-    got = wait_for("b takes over", lambda: take(ctl, b, "b"))
-    assert time.monotonic() - restarted >= TTL - 0.1
+    asked: list[float] = []
+
+    def b_takes() -> requests.Response:
+        asked.append(time.monotonic())
+        return take(ctl, b, "b", ttl=ttl)
+
+    got = wait_for("b takes over", b_takes)
+    assert time.monotonic() - restarted >= ttl - 0.1
     assert got.json()["token"] == 2
+    taken = asked[-1]
     ctl.kill()
     store = open_store(ctl.store)
     try:
@@ -187,8 +205,9 @@ def test_kill_9_and_restart_keep_tokens_and_wait_one_ttl(ctl: ControllerProcess)
     stored = {k: v for k, v in rows["prov"].items() if k != "expires"}  # shared store: its expiry
     assert leases.to_row(replayed.get("prov")) == stored
     ctl.start()
-    assert take(ctl, a, "a").status_code == 409
-    got = wait_for("a takes over", lambda: take(ctl, a, "a"))
+    assert take(ctl, a, "a", ttl=ttl).status_code == 409
+    assert time.monotonic() - taken < ttl, "the restart outlasted the TTL: the test says nothing"
+    got = wait_for("a takes over", lambda: take(ctl, a, "a", ttl=ttl))
     assert got.json()["token"] == 3
 
 
