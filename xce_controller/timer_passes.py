@@ -143,6 +143,10 @@ class TimerPasses:
         try:
             await ctl.replica.current()
             await ctl.replica.refreshed(keys)
+            # The reads may be what found the database back after it stopped answering: the
+            # stall is looked for again before anything is judged, or every host unheard
+            # through it is lost before its first heartbeat after it can be shared.
+            self.stalled()
             now = max(now, ctl.clock())  # the reads took a while
             facts = self._due(keys, now)
             if facts:

@@ -16,6 +16,7 @@ machine is) and a controller that is itself stopped past the hosts' grace.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -31,6 +32,7 @@ from tests.integration.replica_set import ADMIN, CONFIG, JOIN_TOKEN, Replicas, c
 from tests.pg_server import PgCluster, PgServer, need_pg
 from xce_controller.core.config import load_cluster_config
 from xce_controller.core.lifecycle import JoinRequest
+from xce_controller.core.model import Fact
 from xce_controller.service import Controller
 from xce_controller.stall_watch import StallWatch
 from xce_controller.store.open import open_store
@@ -196,5 +198,56 @@ def test_after_a_stall_the_fleet_s_checks_spread_over_the_last_half_of_the_grace
         outside = [at - begun for at in due if not begun + grace / 2 <= at <= begun + grace + 0.01]
         assert outside == [], (grace, outside)  # each in the grace's last half
         assert len({round(at, 3) for at in due}) > 150, sorted(due)[:5]  # spread, not one instant
+    finally:
+        ctl.store.close()
+
+
+class _ReadsEndTheOutage:
+    """A replica whose pass reads are the first to find the database back (its outage ended
+    between the pass's start and its reads): what a replica meets right after a stop."""
+
+    def __init__(self, hearing: list[bool]) -> None:
+        self._hearing = hearing
+
+    async def current(self) -> None:
+        self._hearing[0] = True
+
+    async def refreshed(self, keys: object) -> None:
+        return None
+
+
+def test_a_pass_whose_reads_find_the_database_back_gives_a_fresh_grace(tmp_path: Path) -> None:
+    """A pass fired while the database was away (no stall seen yet), its reads answered once
+    it is back: judged on the clock alone, every host unheard meanwhile was lost then."""
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG)
+    clock = [1000.0]
+    ctl = Controller(
+        load_cluster_config(config), open_store(str(tmp_path / "c.db")), clock=lambda: clock[0]
+    )
+    try:
+        ctl.join(JoinRequest(name="h0", token=JOIN_TOKEN))
+        hearing, ticks = [False], [0.0]
+        ctl.passes.stall = StallWatch(lambda: hearing[0], lambda: ticks[0])
+        ctl.replica = _ReadsEndTheOutage(hearing)  # type: ignore[assignment]
+        committed: list[Fact] = []
+
+        def commit(facts: list[Fact]) -> set[str]:
+            committed.extend(facts)
+            return set()
+
+        ctl.commit = commit  # type: ignore[method-assign]
+        grace = ctl.cfg.host_loss_grace
+        ticks[0] = clock[0] - 1000.0 + 9.0  # the database away 9 s: every timer is overdue
+        clock[0] += 9.0
+        asyncio.run(ctl.passes._shared_pass(["host:h0"], clock[0]))
+        assert ctl.stall.stalls == 1 and committed == []  # the stall seen, before judging
+        for _ in range(int(grace) + 1):  # then a grace with the database up and h0 silent
+            ticks[0] += 1.0
+            clock[0] += 1.0
+            ctl.passes.stalled()
+        asyncio.run(ctl.passes._shared_pass(["host:h0"], clock[0]))
+        assert ctl.stall.stalls == 1
+        assert [f.data["state"] for f in committed if f.kind == "state"] == ["lost"]
     finally:
         ctl.store.close()
