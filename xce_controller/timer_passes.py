@@ -143,10 +143,6 @@ class TimerPasses:
         try:
             await ctl.replica.current()
             await ctl.replica.refreshed(keys)
-            # The reads may be what found the database back after it stopped answering: the
-            # stall is looked for again before anything is judged, or every host unheard
-            # through it is lost before its first heartbeat after it can be shared.
-            self.stalled()
             now = max(now, ctl.clock())  # the reads took a while
             facts = self._due(keys, now)
             if facts:
@@ -164,5 +160,9 @@ class TimerPasses:
         self._arm()
 
     def _due(self, keys: list[str], now: float) -> list[Fact]:
+        # Every judgement looks for a stall first: a replica's reads may be what found the
+        # database back after it stopped answering, and judged on the clock alone every host
+        # unheard meanwhile would be lost before its first heartbeat could be shared.
+        self.stalled()
         hosts = self.ctl.cluster.hosts
         return [f for key in keys if key in hosts for f in self.ctl.due(hosts[key], now)]
