@@ -78,7 +78,10 @@ class AdminVerbs:
         self.commit(lc.ack_return(self.cluster, self.clock(), by, instance_id))
         return self.cluster.hosts[instance_id]
 
-    def provisioned_hosts(self) -> list[Host]:
+    def provisioned_hosts(self, lease: str = "", token: int = 0) -> list[Host]:
+        """Every provisioned record; read under a lease, only by its current holder (a
+        provisioner that lost its lease learns it at its next pass, even with nothing to do)."""
+        self._fence(lease, token)
         hosts = [h for h in self.cluster.hosts.values() if h.provisioned]
         return sorted(hosts, key=lambda h: h.key)
 
@@ -97,13 +100,16 @@ class AdminVerbs:
 
     def power_step(self, by: str, report: power.PowerReport) -> Host:
         """Record a provisioner's power step (core/power.py), fenced by its lease."""
-        if report.lease:
-            held = self.leases.current(report.lease)
-            power.check_lease(report, held.token, held.live(self.leases.monotonic()))
+        self._fence(report.lease, report.token)
         self.commit(power.report(self.cluster, self.clock(), by, report))
         found = self.cluster.by_instance(report.instance_id)
         assert found is not None  # power.report refused an unknown one
         return found
+
+    def _fence(self, lease: str, token: int) -> None:
+        if lease:
+            held = self.leases.current(lease)
+            power.check_grant(lease, token, held.token, held.live(self.leases.monotonic()))
 
     # --- admin ------------------------------------------------------------------------
     def listed_hosts(self, everything: bool) -> list[Host]:

@@ -45,13 +45,20 @@ class ControllerClient:
         self._session.mount("http://", adapter)
         self._verify: bool | str = str(settings.ca_file) if settings.ca_file else True
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
         url = f"{self.settings.url}{path}"
         try:
             answer = self._session.request(
                 method,
                 url,
                 json=body,
+                params=params,
                 timeout=self.settings.timeout,
                 verify=self._verify,
                 allow_redirects=False,
@@ -68,7 +75,10 @@ class ControllerClient:
         return data
 
     def records(self) -> dict[str, Record]:
-        data = self._call("GET", "/v1/provisioned")
+        # Read under the lease: the controller refuses a token that is no longer its grant
+        # (`stale_lease`), so a holder that lost the lease learns it at its next pass.
+        lease = {"lease": self.lease.name, "token": self.lease.token} if self.lease.name else None
+        data = self._call("GET", "/v1/provisioned", params=lease)
         if not isinstance(data, list):
             raise ControllerError("GET /v1/provisioned: expected a list")
         return {r.instance_id: r for r in (_record("GET /v1/provisioned", d) for d in data)}

@@ -4,7 +4,7 @@ A pass reads the controller's provisioned records (the journal comes with them) 
 of every machine in the inventory, then carries out what `plan` returns. Nothing is done
 without a fresh read of the records: the controller is the journal, so a provisioner that
 cannot reach it cannot know what was begun, and waits. A step is written (`begun`) before
-its request is sent; a write the controller refuses because the lease moved on
+its request is sent; a read or a write the controller refuses because the lease moved on
 (`stale_lease`) ends the run (exit status 75): another provisioner holds the lease.
 """
 
@@ -81,6 +81,8 @@ class Runner:
         try:
             records = self.client.records()
         except ControllerError as exc:
+            if exc.kind == "stale_lease":
+                raise Fenced(str(exc)) from None
             self.metrics.controller_errors += 1
             self._warn("controller", "cannot read the records: %s", exc)
             self._write_metrics()

@@ -36,6 +36,7 @@ class Controller:
     def __init__(self) -> None:
         self.answers: dict[tuple[str, str], Writer] = {}
         self.seen: list[tuple[str, str, dict[str, str]]] = []
+        self.queries: list[str] = []
         ctl = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,8 +47,10 @@ class Controller:
                 n = int(self.headers.get("Content-Length") or 0)
                 if n:
                     self.rfile.read(n)
-                ctl.seen.append((method, self.path, dict(self.headers.items())))
-                writer = ctl.answers.get((method, self.path))
+                path, _, query = self.path.partition("?")
+                ctl.seen.append((method, path, dict(self.headers.items())))
+                ctl.queries.append(query)
+                writer = ctl.answers.get((method, path))
                 if writer is None:
                     return json_answer(200, [RECORD])(self)
                 writer(self)
@@ -133,6 +136,7 @@ def test_odd_records_are_a_controller_error(controller: Controller, name: str) -
     with pytest.raises(ControllerError):
         client(controller.url).records()
     assert controller.seen[-1][1] == "/v1/provisioned"
+    assert controller.queries[-1] == "lease=p&token=7", "the records are read under the lease"
 
 
 class Bmc:

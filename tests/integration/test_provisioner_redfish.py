@@ -107,11 +107,28 @@ def _takeover(world: World) -> None:
     assert world.bmc.power("node1") == "On"
     assert world.bmc.resets("node1") == 1, "the power on was sent once across the takeover"
 
+    assert _read_under(world, "provisioner", taken) == 200
+    assert _read_under(world, "provisioner", token) == 409, "the old grant reads nothing"
     stale = world.start_provisioner("provisioner", token)
+    # Nothing asks it to act: its first pass's read is what the controller refuses.
+    assert stale.wait(timeout=10) == 75, "the stale holder stops: the lease moved on"
+    assert f"lease provisioner token {token} is not the current grant" in world.log()
     world.xcecli("expect", "rf-node2", "--template", "small", "--name", "node2")
     wait_until(lambda: world.bmc.power("node2") == "On", 15, "node2 powered on by the holder")
-    assert stale.wait(timeout=10) == 75, "the stale holder stops: the lease moved on"
     assert world.bmc.resets("node2") == 1
+
+
+def _read_under(world: World, lease: str, token: int) -> int:
+    """The status of a provisioner's read of its records under a lease grant."""
+    answer = requests.get(
+        f"{world.ctl.url}/v1/provisioned",
+        params={"lease": lease, "token": token},
+        headers=world.ctl.admin_headers(),
+        timeout=10,
+    )
+    if answer.status_code == 409:
+        assert answer.json()["error"] == "stale_lease", answer.text
+    return answer.status_code
 
 
 def _try_lease(world: World, host: Host) -> int:

@@ -86,11 +86,11 @@ def test_power_steps_for_unknown_instances_or_steps_are_refused() -> None:
 
 
 def test_a_power_step_under_a_lease_needs_its_current_live_grant() -> None:
-    power.check_lease(report(lease="provisioner", token=7), 7, True)
-    power.check_lease(report(), 9, True)  # no lease: a provisioner run without one
+    power.check_grant("provisioner", 7, 7, True)
+    power.check_grant("", 0, 9, True)  # no lease: a provisioner run without one
     for token, current, live in ((6, 7, True), (7, 7, False), (8, 7, True)):
         with pytest.raises(lc.Refused) as refused:
-            power.check_lease(report(lease="provisioner", token=token), current, live)
+            power.check_grant("provisioner", token, current, live)
         assert refused.value.kind == "stale_lease"
         assert refused.value.code.value == "refused_stale_lease"
 

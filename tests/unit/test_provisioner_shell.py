@@ -98,8 +98,13 @@ class FakeController:
         self.record = record
         self.calls: list[tuple[str, ...]] = []
         self.refuse = ""
+        self.refuse_reads = ""
+        self.reads = 0
 
     def records(self) -> dict[str, Record]:
+        self.reads += 1
+        if self.refuse_reads:
+            raise ControllerError("refused", self.refuse_reads, 409)
         return {self.record.instance_id: self.record}
 
     def step(self, iid: str, decision: str, action: str, phase: Phase, attempt: int, code: str,
@@ -188,6 +193,21 @@ def test_a_refused_lease_ends_the_run_before_any_request(tmp_path: Path) -> None
     with pytest.raises(Fenced):
         r.once()
     assert ("request", "on") not in ctl.calls
+
+
+def test_a_read_refused_for_the_lease_ends_the_run_with_nothing_to_do(tmp_path: Path) -> None:
+    """A holder whose lease moved on learns it from its pass's read, even idle (an open
+    record asks for nothing); any other refusal of the read is waited out."""
+    r, ctl, _bmc = runner(Record("rf-1", "open", "open@1.000000"), tmp_path)
+    r.once()
+    assert ctl.calls == [], "nothing to do: no write that the controller could refuse"
+    ctl.refuse_reads = "unavailable"
+    r.once()
+    assert r.metrics.controller_errors == 1, "a read the controller could not answer: waited"
+    ctl.refuse_reads = "stale_lease"
+    with pytest.raises(Fenced):
+        r.once()
+    assert ctl.reads == 3
 
 
 def test_the_ack_of_a_returned_instance_is_not_an_error(tmp_path: Path) -> None:

@@ -31,16 +31,17 @@ class PowerReport:
     token: int = 0
 
 
-def check_lease(report: PowerReport, current_token: int, live: bool) -> None:
-    """A report under a lease must carry the lease's current, live grant: a provisioner that
-    lost its lease (and may not know it yet) is refused before it touches a machine."""
-    if not report.lease:
+def check_grant(lease: str, token: int, current_token: int, live: bool) -> None:
+    """A step or a read under a lease must carry the lease's current, live grant: a
+    provisioner that lost its lease (and may not know it yet) is refused before it touches a
+    machine. `stale_lease` unless `token` is that grant; no lease ("") is not checked."""
+    if not lease:
         return
-    if report.token != current_token or not live:
+    if token != current_token or not live:
         raise Refused(
             "stale_lease",
             409,
-            f"lease {report.lease} token {report.token} is not the current grant "
+            f"lease {lease} token {token} is not the current grant "
             f"(token {current_token}{'' if live else ', not held'})",
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Optional
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Query
 from pydantic import BaseModel, Field
 
 from xce_controller.core import power
@@ -24,6 +24,9 @@ from xce_controller.service import Controller
 from xce_protocol import names
 
 STEPS_SHOWN = 16
+# The read under a lease (the provisioner's pass): the same bounds as a step's body.
+READ_LEASE = Query("", max_length=64)
+READ_TOKEN = Query(0, ge=0, le=2**53)
 STEP_PATTERN = r"^[a-z_]{1,16}$"
 DECISION_PATTERN = r"^[a-z]{1,16}@[0-9.]{1,32}$"
 
@@ -96,8 +99,10 @@ def install(api: FastAPI, ctl: Controller) -> None:
     """Add these routes to the app (on the app itself, as the other resources do)."""
 
     @api.get("/v1/provisioned", response_model=list[ProvisionedRecord], responses=ERRORS)
-    async def provisioned(by: str = PROVISIONER_OR_READER) -> list[dict[str, Any]]:
-        return [record(ctl, h) for h in ctl.provisioned_hosts()]
+    async def provisioned(
+        lease: str = READ_LEASE, token: int = READ_TOKEN, by: str = PROVISIONER_OR_READER
+    ) -> list[dict[str, Any]]:
+        return [record(ctl, h) for h in ctl.provisioned_hosts(lease, token)]
 
     @api.post(
         "/v1/provisioned/{instance_id}/power", response_model=ProvisionedRecord, responses=ERRORS
