@@ -48,6 +48,12 @@ class Fenced(Exception):
     """The controller refused a step under this run's lease token: another holder has it."""
 
 
+def _end_if_fenced(exc: ControllerError) -> None:
+    """The one refusal that ends the run, of a read or a write: the lease moved on."""
+    if exc.kind == "stale_lease":
+        raise Fenced(str(exc)) from None
+
+
 class Runner:
     def __init__(
         self,
@@ -81,8 +87,7 @@ class Runner:
         try:
             records = self.client.records()
         except ControllerError as exc:
-            if exc.kind == "stale_lease":
-                raise Fenced(str(exc)) from None
+            _end_if_fenced(exc)
             self.metrics.controller_errors += 1
             self._warn("controller", "cannot read the records: %s", exc)
             self._write_metrics()
@@ -175,8 +180,7 @@ class Runner:
             elif isinstance(action, Blocked):
                 self._blocked_once(action)
         except ControllerError as exc:
-            if exc.kind == "stale_lease":
-                raise Fenced(str(exc)) from None
+            _end_if_fenced(exc)
             self.metrics.controller_errors += 1
             self._warn("controller", "%s", exc)
 
