@@ -122,7 +122,7 @@ def _read_under(world: World, lease: str, token: int) -> int:
     """The status of a provisioner's read of its records under a lease grant."""
     answer = requests.get(
         f"{world.ctl.url}/v1/provisioned",
-        params={"lease": lease, "token": token},
+        params={"lease": lease, "token": str(token)},
         headers=world.ctl.admin_headers(),
         timeout=10,
     )
