@@ -16,6 +16,11 @@ from xce_controller.core.config import ClusterConfig
 from xce_controller.core.model import TERMINAL, AdminAction, Cluster, Fact, Host, HostState, Job
 from xce_controller.lease_desk import LeaseDesk
 
+# The lease a provisioner's call is made under, and its grant: ("", 0) is none (an admin, a
+# provisioner run by hand), which is not checked.
+Held = tuple[str, int]
+NO_LEASE: Held = ("", 0)
+
 
 @dataclass(frozen=True)
 class Expectation:
@@ -42,8 +47,9 @@ class AdminVerbs:
         raise NotImplementedError  # service.Controller.commit
 
     # --- provisioner --------------------------------------------------------------------
-    def expect(self, by: str, wanted: Expectation) -> tuple[Host, str]:
+    def expect(self, by: str, wanted: Expectation, held: Held = NO_LEASE) -> tuple[Host, str]:
         """Record an expected instance; the join token minted for it, if asked (shown once)."""
+        self._fence(*held)
         if wanted.join_token and wanted.mint_join_token:
             raise lc.Refused("conflict", 409, "join_token and mint_join_token: one of them")
         token = credentials.mint() if wanted.mint_join_token else wanted.join_token
@@ -74,7 +80,8 @@ class AdminVerbs:
     def to_return(self) -> list[Host]:
         return lc.to_return(self.cluster)
 
-    def ack_return(self, by: str, instance_id: str) -> Host:
+    def ack_return(self, by: str, instance_id: str, held: Held = NO_LEASE) -> Host:
+        self._fence(*held)
         self.commit(lc.ack_return(self.cluster, self.clock(), by, instance_id))
         return self.cluster.hosts[instance_id]
 
@@ -85,9 +92,17 @@ class AdminVerbs:
         hosts = [h for h in self.cluster.hosts.values() if h.provisioned]
         return sorted(hosts, key=lambda h: h.key)
 
-    def retire(self, by: str, instance_id: str, why: str, drain_timeout: float | None) -> Host:
+    def retire(
+        self,
+        by: str,
+        instance_id: str,
+        why: str,
+        drain_timeout: float | None,
+        held: Held = NO_LEASE,
+    ) -> Host:
         """The provisioner decommissions one of its own instances (its idle policy): a drain
         like an admin's, for a provisioned record only, named by its instance id."""
+        self._fence(*held)
         host = self.cluster.by_instance(instance_id)
         if host is None or not host.provisioned:
             raise lc.Refused("not_found", 404, f"no provisioned instance {instance_id}")

@@ -74,11 +74,16 @@ class ControllerClient:
             )
         return data
 
+    def _under_lease(self) -> dict[str, Any] | None:
+        """Every call but a step (whose body carries it) names the lease in its query: the
+        controller refuses a token that is no longer its grant (`stale_lease`), so a holder
+        that lost the lease learns it at its next call and changes nothing with it."""
+        if not self.lease.name:
+            return None
+        return {"lease": self.lease.name, "token": self.lease.token}
+
     def records(self) -> dict[str, Record]:
-        # Read under the lease: the controller refuses a token that is no longer its grant
-        # (`stale_lease`), so a holder that lost the lease learns it at its next pass.
-        lease = {"lease": self.lease.name, "token": self.lease.token} if self.lease.name else None
-        data = self._call("GET", "/v1/provisioned", params=lease)
+        data = self._call("GET", "/v1/provisioned", params=self._under_lease())
         if not isinstance(data, list):
             raise ControllerError("GET /v1/provisioned: expected a list")
         return {r.instance_id: r for r in (_record("GET /v1/provisioned", d) for d in data)}
@@ -107,10 +112,11 @@ class ControllerClient:
         return _record(f"POST {path}", self._call("POST", path, body))
 
     def ack(self, instance_id: str) -> None:
-        self._call("POST", f"/v1/to-return/{instance_id}/ack")
+        self._call("POST", f"/v1/to-return/{instance_id}/ack", params=self._under_lease())
 
     def retire(self, instance_id: str, why: str) -> None:
-        self._call("POST", f"/v1/provisioned/{instance_id}/decommission", {"reason": why})
+        path = f"/v1/provisioned/{instance_id}/decommission"
+        self._call("POST", path, {"reason": why}, self._under_lease())
 
     def expect(self, machine: Machine, deadline: float | None) -> None:
         body: dict[str, Any] = {
@@ -120,7 +126,7 @@ class ControllerClient:
         }
         if deadline is not None:
             body["deadline_in"] = deadline
-        self._call("POST", "/v1/expected", body)
+        self._call("POST", "/v1/expected", body, self._under_lease())
 
     def close(self) -> None:
         self._session.close()

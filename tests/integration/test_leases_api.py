@@ -43,6 +43,7 @@ PG_TESTS = {
     "test_decommissioned_host_cannot_hold",
     "test_grants_and_releases_reach_the_events_stream_with_their_codes",
     "test_why_tells_each_hosts_grants_releases_and_losses",
+    "test_every_provisioner_write_under_an_old_grant_is_refused_and_changes_nothing",
 }
 
 
@@ -225,6 +226,50 @@ def test_decommissioned_host_cannot_hold(ctl: ControllerProcess) -> None:
             break
         time.sleep(0.05)
     assert r.status_code == 410 and r.json()["error"] == "decommissioned"
+
+
+def _under(
+    ctl: ControllerProcess, path: str, token: int, body: dict[str, Any] | None = None
+) -> requests.Response:
+    params = {"lease": "prov", "token": str(token)}
+    return requests.post(ctl.url + path, json=body, params=params, headers=ADMIN, timeout=10)
+
+
+def _state(ctl: ControllerProcess, instance_id: str) -> str:
+    r = requests.get(ctl.url + "/v1/provisioned", headers=ADMIN, timeout=10)
+    assert r.status_code == 200, r.text
+    states = {rec["instance_id"]: rec["state"] for rec in r.json()}
+    return str(states.get(instance_id, "absent"))
+
+
+def test_every_provisioner_write_under_an_old_grant_is_refused_and_changes_nothing(
+    ctl: ControllerProcess,
+) -> None:
+    """Expect, retire and ack are fenced as a power step is: a holder that lost the lease
+    and does not know it yet changes nothing; the current holder's same calls pass."""
+    a, b = join(ctl, "a"), join(ctl, "b")
+    assert take(ctl, a, "a").json()["token"] == 1
+    expect = {"instance_id": "rf-1", "template": "default"}
+    assert _under(ctl, "/v1/expected", 1, expect).status_code == 201
+    assert give_back(ctl, a, "a").status_code == 200
+    assert take(ctl, b, "b").json()["token"] == 2
+    old = [
+        ("/v1/expected", {"instance_id": "rf-2", "template": "default"}),
+        ("/v1/provisioned/rf-1/decommission", {"reason": "idle"}),
+        ("/v1/to-return/rf-1/ack", None),
+    ]
+    for path, body in old:
+        refused = _under(ctl, path, 1, body)
+        assert refused.status_code == 409, (path, refused.text)
+        assert refused.json()["error"] == "stale_lease", (path, refused.text)
+        assert "lease prov token 1 is not the current grant" in refused.json()["message"]
+    assert (_state(ctl, "rf-1"), _state(ctl, "rf-2")) == ("expected", "absent")
+    retired = _under(ctl, "/v1/provisioned/rf-1/decommission", 2, {"reason": "idle"})
+    assert retired.status_code == 200, retired.text
+    assert _state(ctl, "rf-1") == "decommissioned"
+    assert _under(ctl, "/v1/to-return/rf-1/ack", 2).status_code == 200
+    assert _state(ctl, "rf-1") == "returned"
+    assert _under(ctl, "/v1/expected", 2, old[0][1]).status_code == 201
 
 
 def test_grants_and_releases_reach_the_events_stream_with_their_codes(

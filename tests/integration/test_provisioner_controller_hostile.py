@@ -139,6 +139,26 @@ def test_odd_records_are_a_controller_error(controller: Controller, name: str) -
     assert controller.queries[-1] == "lease=p&token=7", "the records are read under the lease"
 
 
+def test_expect_retire_and_ack_are_sent_under_the_lease(controller: Controller) -> None:
+    """The controller fences these as it fences a step (tests/integration/test_leases_api.py);
+    without a lease (a provisioner run by hand) they name none."""
+    machine = Machine("node1", "rf-1", "small", "lab", "/redfish/v1/Systems/1")
+    for held in (
+        client(controller.url),
+        ControllerClient(
+            ControllerSettings(controller.url, Path("/unused"), timeout=2.0), "prov-secret", Lease()
+        ),
+    ):
+        held.expect(machine, None)
+        held.retire("rf-1", "idle")
+        held.ack("rf-1")
+    paths = [seen[1] for seen in controller.seen]
+    assert (
+        paths == ["/v1/expected", "/v1/provisioned/rf-1/decommission", "/v1/to-return/rf-1/ack"] * 2
+    )
+    assert controller.queries == ["lease=p&token=7"] * 3 + [""] * 3
+
+
 class Bmc:
     def __init__(self) -> None:
         self.requests: list[Request] = []

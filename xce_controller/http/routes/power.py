@@ -24,9 +24,10 @@ from xce_controller.service import Controller
 from xce_protocol import names
 
 STEPS_SHOWN = 16
-# The read under a lease (the provisioner's pass): the same bounds as a step's body.
-READ_LEASE = Query("", max_length=64)
-READ_TOKEN = Query(0, ge=0, le=2**53)
+# A call under a lease other than a step (whose body carries it): the provisioner's read,
+# expect, retire and ack take `?lease=&token=`, with the same bounds as a step's body.
+LEASE = Query("", max_length=64)
+TOKEN = Query(0, ge=0, le=2**53)
 STEP_PATTERN = r"^[a-z_]{1,16}$"
 DECISION_PATTERN = r"^[a-z]{1,16}@[0-9.]{1,32}$"
 
@@ -100,7 +101,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
 
     @api.get("/v1/provisioned", response_model=list[ProvisionedRecord], responses=ERRORS)
     async def provisioned(
-        lease: str = READ_LEASE, token: int = READ_TOKEN, by: str = PROVISIONER_OR_READER
+        lease: str = LEASE, token: int = TOKEN, by: str = PROVISIONER_OR_READER
     ) -> list[dict[str, Any]]:
         return [record(ctl, h) for h in ctl.provisioned_hosts(lease, token)]
 
@@ -131,7 +132,12 @@ def install(api: FastAPI, ctl: Controller) -> None:
         responses=ERRORS,
     )
     async def retire(
-        instance_id: str, body: RetireBody, by: str = PROVISIONER_ROLE
+        instance_id: str,
+        body: RetireBody,
+        lease: str = LEASE,
+        token: int = TOKEN,
+        by: str = PROVISIONER_ROLE,
     ) -> dict[str, Any]:
         why = body.reason or "decommissioned by the provisioner"
-        return record(ctl, ctl.retire(by, instance_id, why, body.drain_timeout))
+        held = (lease, token)
+        return record(ctl, ctl.retire(by, instance_id, why, body.drain_timeout, held))

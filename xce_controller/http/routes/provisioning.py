@@ -1,5 +1,6 @@
 """What the provisioner calls: expect an instance, list the expected, the to-return list and
-its acknowledgement."""
+its acknowledgement. A provisioner under a lease sends it (`?lease=&token=`) with its expect
+and its ack, and the controller refuses a grant that is no longer current (`stale_lease`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from fastapi import FastAPI
 
 from xce_controller.admin_verbs import Expectation
 from xce_controller.http.auth import ERRORS, PROVISIONER_OR_READER, PROVISIONER_ROLE
+from xce_controller.http.routes.power import LEASE, TOKEN
 from xce_controller.http.schemas import ExpectAnswer, ExpectBody, HostDetail
 from xce_controller.http.views import host_detail
 from xce_controller.service import Controller
@@ -19,7 +21,9 @@ def install(api: FastAPI, ctl: Controller) -> None:
     hide their routes from the metrics' and errors' route lookup on newer releases)."""
 
     @api.post("/v1/expected", response_model=ExpectAnswer, status_code=201, responses=ERRORS)
-    async def expect(body: ExpectBody, by: str = PROVISIONER_ROLE) -> dict[str, Any]:
+    async def expect(
+        body: ExpectBody, lease: str = LEASE, token: int = TOKEN, by: str = PROVISIONER_ROLE
+    ) -> dict[str, Any]:
         wanted = Expectation(
             instance_id=body.instance_id,
             template=body.template,
@@ -30,7 +34,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
             join_token=body.join_token,
             mint_join_token=body.mint_join_token,
         )
-        host, minted = ctl.expect(by, wanted)
+        host, minted = ctl.expect(by, wanted, (lease, token))
         return {**host_detail(ctl, host), **({"join_token": minted} if minted else {})}
 
     @api.get("/v1/expected", response_model=list[HostDetail], responses=ERRORS)
@@ -42,5 +46,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
         return [host_detail(ctl, h) for h in ctl.to_return()]
 
     @api.post("/v1/to-return/{instance_id}/ack", response_model=HostDetail, responses=ERRORS)
-    async def ack(instance_id: str, by: str = PROVISIONER_ROLE) -> dict[str, Any]:
-        return host_detail(ctl, ctl.ack_return(by, instance_id))
+    async def ack(
+        instance_id: str, lease: str = LEASE, token: int = TOKEN, by: str = PROVISIONER_ROLE
+    ) -> dict[str, Any]:
+        return host_detail(ctl, ctl.ack_return(by, instance_id, (lease, token)))
