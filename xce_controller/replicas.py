@@ -31,6 +31,9 @@ POLL = 1.0  # seconds between reads of the log's head when no NOTIFY came
 # change decided there is still refused by the store if the log moved): a database that
 # stops answering holds no request longer, and the store's own deadline ends the read.
 FOLLOW_WAIT = 1.0
+# FOLLOW_WAIT measures the database, not the loop: a read the loop was too busy to see done
+# (a commit waiting for a lock holds it) is waited for again, this many rounds in all.
+FOLLOW_ROUNDS = 3
 # How long a replica cut off from its database still answers heartbeats from memory: a
 # failover of the primary (under a second) then costs no heartbeat. Past it the replica is
 # isolated, and its heartbeats are answered 503 (Replica.heard).
@@ -79,6 +82,7 @@ class Replica:
         self.dirty = False  # a reload failed: the memory may hold facts never stored
         # Reads of the database made off the event loop, one at a time (shared_reads.py).
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-follow")
+        self._reading_since = 0.0  # when the reader thread's read began (0: none under way)
         self.reads = SharedReads(self._read)
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -95,26 +99,45 @@ class Replica:
 
     async def current(self) -> None:
         """Every fact committed before this call applied here, read off the event loop; one
-        read serves every request that arrived before it began (reads.py). Raises
-        StorageUnavailable, or TimeoutError past FOLLOW_WAIT: the caller answers from memory."""
+        read serves every request that arrived before it began (shared_reads.py). Raises
+        StorageUnavailable, or TimeoutError once the read has been in the database for
+        FOLLOW_WAIT (or the loop was held FOLLOW_ROUNDS times): the caller answers from memory."""
         if self.dirty:
             self.reload()
             return
+        read = self.reads.after_now()
+        for _ in range(FOLLOW_ROUNDS):
+            await asyncio.wait({read}, timeout=FOLLOW_WAIT)
+            if read.done():
+                return read.result()
+            if self._in_database() >= FOLLOW_WAIT:
+                # A database this slow to read is taken as away: a change then fails at once
+                # instead of holding the loop for the store's deadline, until its probe answers.
+                self.store.unanswered(f"the database did not answer within {FOLLOW_WAIT:.0f} s")
+                raise asyncio.TimeoutError
+            # Not the database's time but the loop's: a commit that waited for a lock (held by
+            # a stopped replica, say) held the loop, and the read may be answered already.
+        raise asyncio.TimeoutError  # answered from memory; the database is not taken as away
+
+    def _facts_after(self, version: int) -> list[Numbered]:
+        """The log read in the reader thread, timed there: how long the database takes to
+        answer, not how long the event loop took to look at the answer."""
+        self._reading_since = time.monotonic()
         try:
-            await asyncio.wait_for(asyncio.shield(self.reads.after_now()), FOLLOW_WAIT)
-        except asyncio.TimeoutError:
-            # A database this slow to read is taken as away: a change then fails at once
-            # instead of holding the loop for the store's deadline, until its probe answers.
-            self.store.unanswered(f"the database did not answer within {FOLLOW_WAIT:.0f} s")
-            raise
+            return self.ctl.store.facts_after(version)
+        finally:
+            self._reading_since = 0.0
+
+    def _in_database(self) -> float:
+        """Seconds the reader thread's read has been waiting for the database (0: none)."""
+        since = self._reading_since
+        return time.monotonic() - since if since else 0.0
 
     async def _read(self) -> None:
         """One read of the log past this replica's version, applied on the loop."""
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        rows = await loop.run_in_executor(
-            self._reader, self.ctl.store.facts_after, self.ctl.cluster.version
-        )
+        rows = await loop.run_in_executor(self._reader, self._facts_after, self.ctl.cluster.version)
         self.store_seconds += time.monotonic() - started
         if self.ctl.storage_down:  # the database answers again: so will a change, likely
             log.warning("storage reachable again")
