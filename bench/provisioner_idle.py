@@ -66,7 +66,7 @@ def measure(passes: int, machines: int = 3, every: int = 600) -> list[tuple[int,
                 for i in range(machines)
             )
             cfg = Config(
-                ControllerSettings("http://unused", Path("/unused")),
+                ControllerSettings(("http://unused",), Path("/unused")),
                 Policy(),
                 {},
                 inventory,

@@ -23,8 +23,16 @@ land back on the dead one).
 
 from __future__ import annotations
 
+import re
+
 from xce_protocol.reasons import Reason
 
+MAX_URLS = 16  # a configured list of the controller's replicas
+# One entry of such a list. No userinfo and no backslash in the authority:
+# `http://ctl.example\@127.0.0.1/` reads as loopback to urllib.parse but requests sends it (and
+# the token) to ctl.example. No comma: no host name has one, and `http://a,http://b` is a list
+# written as one string.
+URL = re.compile(r"^https?://[^\s/\\@?#,]+(/\S*)?$")
 OUTCOME_UNKNOWN = Reason.REFUSED_OUTCOME_UNKNOWN.value
 MOVE_STATUSES = frozenset({502, 503, 504})
 MIN_ATTEMPT = 0.5  # seconds of budget below which no further URL is tried in this request

@@ -2,6 +2,7 @@
 
 ```yaml
 controller: {url: https://ctl:8080, token_file: /etc/xce/prov-token, ca_file: ...}
+                         # url: one URL, or a list of the controller's replicas
 interval: 1s             # how often it reads the records and the machines' power
 graceful_timeout: 60s    # a graceful shutdown not done by then: force off
 settle_timeout: 30s      # an accepted power change shows by then, or it is asked again
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xce_protocol import names
-from xce_protocol.validation import Checker
+from xce_protocol.replicas import MAX_URLS, URL
+from xce_protocol.validation import Checker, describe
 from xce_protocol.yamlsource import LineDict, LineList, SourceError, load_file
 from xce_provisioner.drivers.redfish import RedfishSettings
 from xce_provisioner.plan import OFF_STATES, TO_RETURN, Machine, Policy
@@ -63,7 +65,7 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class ControllerSettings:
-    url: str
+    urls: tuple[str, ...]  # the controller, or its replicas in the order they are tried
     token_file: Path
     ca_file: Path | None = None
     timeout: float = 10.0
@@ -113,16 +115,50 @@ def _controller(doc: LineDict, c: Checker) -> ControllerSettings | None:
     if node is None:
         return None
     c.allowed_keys(node, "controller", ("url", "token_file", "ca_file", "timeout"))
-    url = c.string(node, "url", "controller", expected="an http:// or https:// URL")
-    if url is not None and not url.startswith(("http://", "https://")):
-        c.report("controller.url", "an http:// or https:// URL", repr(url), c.line_of(node, "url"))
-        url = None
+    urls = _urls(node, c)
     token = c.string(node, "token_file", "controller")
     ca = c.string(node, "ca_file", "controller", required=False)
     timeout = c.duration(node, "timeout", "controller", default=10.0, positive=True, maximum=300)
-    if url is None or token is None or timeout is None:
+    if urls is None or token is None or timeout is None:
         return None
-    return ControllerSettings(url.rstrip("/"), Path(token), _path(ca), timeout)
+    return ControllerSettings(urls, Path(token), _path(ca), timeout)
+
+
+def _urls(node: LineDict, c: Checker) -> tuple[str, ...] | None:
+    """`controller.url`: one URL, or a YAML list of the replicas' (the agent's rule, each
+    entry as xce_protocol.replicas.URL)."""
+    if "url" not in node:
+        c.report(
+            "controller.url", "an http:// or https:// URL or a list of them", "nothing", node.line
+        )
+        return None
+    value = node["url"]
+    line = c.line_of(node, "url")
+    if not isinstance(value, LineList):
+        one = _url(value, "controller.url", line, c)
+        return None if one is None else (one,)
+    if not 1 <= len(value) <= MAX_URLS:
+        c.report("controller.url", f"a list of 1 to {MAX_URLS} URLs", f"{len(value)} entries", line)
+        return None
+    urls = [_url(v, f"controller.url[{i}]", value.item_lines[i], c) for i, v in enumerate(value)]
+    found = tuple(u for u in urls if u is not None)
+    if len(found) != len(urls):
+        return None
+    for index, url in enumerate(found):
+        if url in found[:index]:
+            c.report(f"controller.url[{index}]", "a URL not listed before", describe(url), line)
+            return None
+    return found
+
+
+def _url(value: object, path: str, line: int, c: Checker) -> str | None:
+    if isinstance(value, str) and URL.fullmatch(value):
+        return value.rstrip("/")
+    got = describe(value)
+    if isinstance(value, str) and value.count("://") > 1:
+        got += " (several URLs are written as a YAML list)"
+    c.report(path, "an http:// or https:// URL", got, line)
+    return None
 
 
 def _policy(doc: LineDict, c: Checker) -> Policy | None:

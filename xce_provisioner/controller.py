@@ -5,6 +5,11 @@ one expected becomes a `ControllerError` (with the controller's error kind when 
 so the runner has one failure to handle, whatever the controller (or something in its place)
 answers. Every call is bounded: the answer in `timeout` from the connection to its last byte,
 and in size (drivers/bounded.py); a redirect is refused, so the token goes nowhere else.
+
+With the controller's replicas listed, a call goes to the current one and moves on to the
+next, each at most once, by the agent's rules (xce_protocol/replicas.py): on no answer at all
+or a 502/503/504, never on the controller's own word nor on `refused_outcome_unknown` (the
+change may be stored: the next pass reads the records back).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 import requests
 
+from xce_protocol import replicas
 from xce_provisioner.config import ControllerSettings
 from xce_provisioner.drivers.bounded import BoundedAdapter
 from xce_provisioner.plan import Machine, Phase, Record, Step
@@ -22,10 +28,11 @@ ANSWER_LIMIT = 8 * 1024 * 1024
 
 
 class ControllerError(Exception):
-    def __init__(self, message: str, kind: str = "", status: int = 0) -> None:
+    def __init__(self, message: str, kind: str = "", status: int = 0, code: str = "") -> None:
         super().__init__(message)
         self.kind = kind
-        self.status = status
+        self.status = status  # 0: no answer at all (a transport failure)
+        self.code = code  # the answer's reason code, if it gave one
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class ControllerClient:
         self._session.mount("https://", adapter)
         self._session.mount("http://", adapter)
         self._verify: bool | str = str(settings.ca_file) if settings.ca_file else True
+        self._current = 0  # the URL calls go to first (settings.urls)
 
     def _call(
         self,
@@ -52,25 +60,50 @@ class ControllerClient:
         body: dict[str, Any] | None = None,
         params: dict[str, Any] | None = None,
     ) -> Any:
-        url = f"{self.settings.url}{path}"
+        urls = self.settings.urls
+        for index in replicas.attempts(self._current, len(urls)):
+            try:
+                return self._call_one(urls[index], method, path, body, params)
+            except ControllerError as exc:
+                if not replicas.moves_on(exc.status or None, exc.code):
+                    raise
+                failure = exc
+                self._current = replicas.after_failure(self._current, index, len(urls))
+        raise failure
+
+    def _call_one(
+        self,
+        base: str,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        params: dict[str, Any] | None,
+    ) -> Any:
+        where = f"{base}: {method} {path}" if len(self.settings.urls) > 1 else f"{method} {path}"
         try:
             answer = self._session.request(
                 method,
-                url,
+                f"{base}{path}",
                 json=body,
                 params=params,
                 timeout=self.settings.timeout,
                 verify=self._verify,
                 allow_redirects=False,
             )
+        except requests.RequestException as exc:
+            raise ControllerError(f"{where}: {exc}") from None
+        try:
             data = answer.json() if answer.content else None
         except (requests.RequestException, ValueError, RecursionError) as exc:
-            raise ControllerError(f"{method} {path}: {exc}") from None
+            raise ControllerError(f"{where}: {exc}", status=answer.status_code) from None
         if answer.status_code >= 300:
             kind = data.get("error", "") if isinstance(data, dict) else ""
             text = data.get("message", "") if isinstance(data, dict) else answer.reason
             raise ControllerError(
-                f"{method} {path}: {answer.status_code} {text}", kind, answer.status_code
+                f"{where}: {answer.status_code} {text}",
+                kind,
+                answer.status_code,
+                replicas.code_of(data),
             )
         return data
 

@@ -98,7 +98,7 @@ def other() -> Iterator[Controller]:
 
 def client(url: str, timeout: float = 2.0) -> ControllerClient:
     return ControllerClient(
-        ControllerSettings(url, Path("/unused"), timeout=timeout), "prov-secret", Lease("p", 7)
+        ControllerSettings((url,), Path("/unused"), timeout=timeout), "prov-secret", Lease("p", 7)
     )
 
 
@@ -146,7 +146,9 @@ def test_expect_retire_and_ack_are_sent_under_the_lease(controller: Controller) 
     for held in (
         client(controller.url),
         ControllerClient(
-            ControllerSettings(controller.url, Path("/unused"), timeout=2.0), "prov-secret", Lease()
+            ControllerSettings((controller.url,), Path("/unused"), timeout=2.0),
+            "prov-secret",
+            Lease(),
         ),
     ):
         held.expect(machine, None)
@@ -157,6 +159,48 @@ def test_expect_retire_and_ack_are_sent_under_the_lease(controller: Controller) 
         paths == ["/v1/expected", "/v1/provisioned/rf-1/decommission", "/v1/to-return/rf-1/ack"] * 2
     )
     assert controller.queries == ["lease=p&token=7"] * 3 + [""] * 3
+
+
+def listed(*urls: str) -> ControllerClient:
+    settings = ControllerSettings(urls, Path("/unused"), timeout=2.0)
+    return ControllerClient(settings, "prov-secret", Lease("p", 7))
+
+
+def unavailable(code: str = "refused_storage_unavailable") -> Writer:
+    return json_answer(503, {"error": "storage_unavailable", "code": code, "message": "away"})
+
+
+def test_listed_replicas_are_tried_in_turn_by_the_agent_s_rules(
+    controller: Controller, other: Controller
+) -> None:
+    """No answer or a 503 moves on to the next replica and stays there; the controller's own
+    word (a 409, a 401) and an outcome unknown do not: each was answered by the first asked."""
+    closed = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    dead = f"http://127.0.0.1:{closed.server_address[1]}"
+    closed.server_close()  # nothing listens there now: refused
+    moving = listed(dead, controller.url, other.url)
+    assert "rf-1" in moving.records(), "the dead one skipped"
+    controller.answers[("GET", "/v1/provisioned")] = unavailable()
+    assert "rf-1" in moving.records(), "the 503 one skipped"
+    assert (len(controller.seen), len(other.seen)) == (2, 1)
+    moving.records()
+    assert (len(controller.seen), len(other.seen)) == (2, 2), "stays on the one that served"
+    for status, doc in (
+        (409, {"error": "stale_lease", "code": "refused_stale_lease", "message": "old"}),
+        (401, {"error": "unknown_credential", "message": "who"}),
+        (503, {"error": "storage_unavailable", "code": "refused_outcome_unknown", "message": "?"}),
+    ):
+        asked = len(other.seen), len(controller.seen)
+        other.answers[("POST", "/v1/to-return/rf-1/ack")] = json_answer(status, doc)
+        with pytest.raises(ControllerError) as refused:
+            moving.ack("rf-1")
+        assert (refused.value.status, refused.value.kind) == (status, doc["error"])
+        assert refused.value.args[0].startswith(f"{other.url}: POST /v1/to-return/rf-1/ack:")
+        assert (len(other.seen), len(controller.seen)) == (asked[0] + 1, asked[1]), status
+    other.answers[("GET", "/v1/provisioned")] = unavailable()
+    with pytest.raises(ControllerError) as away:
+        moving.records()  # every one tried once, then the last failure
+    assert away.value.status == 503 and (len(other.seen), len(controller.seen)) == (6, 3)
 
 
 class Bmc:
@@ -178,7 +222,7 @@ def test_a_pass_survives_an_odd_answer_to_its_step(controller: Controller) -> No
     send the request: whether the step was stored is unknown)."""
     controller.answers[("POST", "/v1/provisioned/rf-1/power")] = json_answer(200, None, raw=b"")
     machine = Machine("node1", "rf-1", "small", "lab", "/redfish/v1/Systems/1")
-    cfg = Config(ControllerSettings(controller.url, Path("/t")), Policy(), {}, (machine,))
+    cfg = Config(ControllerSettings((controller.url,), Path("/t")), Policy(), {}, (machine,))
     bmc = Bmc()
     runner = Runner(cfg, client(controller.url), {"lab": bmc})
     runner.once()  # must not raise

@@ -82,6 +82,43 @@ def test_a_bad_config_says_where_and_what(
     assert expected in found, found
 
 
+def test_the_controller_is_one_url_or_the_replicas_list(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(GOOD)
+    assert load(path).controller.urls == ("http://127.0.0.1:1",)
+    listed = 'url: ["http://127.0.0.1:1/", "http://127.0.0.1:2"]'
+    path.write_text(GOOD.replace('url: "http://127.0.0.1:1"', listed, 1))
+    assert load(path).controller.urls == ("http://127.0.0.1:1", "http://127.0.0.1:2")
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (
+            '"http://127.0.0.1:1,http://127.0.0.1:2"',
+            "controller.url: expected an http:// or https:// URL, got "
+            "'http://127.0.0.1:1,http://127.0.0.1:2' (several URLs are written as a YAML list)",
+        ),
+        ("[]", "controller.url: expected a list of 1 to 16 URLs, got 0 entries"),
+        (
+            '["http://a:1", "ftp://b"]',
+            "controller.url[1]: expected an http:// or https:// URL, got 'ftp://b'",
+        ),
+        (
+            '["http://a:1", "http://a:1/"]',
+            "controller.url[1]: expected a URL not listed before, got 'http://a:1'",
+        ),
+        (
+            '"http://ctl.example\\\\@127.0.0.1/"',
+            "controller.url: expected an http:// or https:// URL, got",
+        ),
+    ],
+)
+def test_a_bad_controller_url_says_which_and_why(tmp_path: Path, url: str, expected: str) -> None:
+    found = problems(tmp_path, GOOD.replace('"http://127.0.0.1:1"', url, 1))
+    assert any(expected in p for p in found), found
+
+
 def test_two_machines_with_one_instance_id_are_refused(tmp_path: Path) -> None:
     twice = GOOD + GOOD.splitlines()[-1].replace("node1", "node2") + "\n"
     found = problems(tmp_path, twice)
@@ -145,7 +182,7 @@ def runner(record: Record, tmp_path: Path) -> tuple[Runner, FakeController, Fake
     ctl = FakeController(record)
     bmc = FakeBmc(ctl.calls)
     cfg = Config(
-        ControllerSettings("http://x", Path("/t")),
+        ControllerSettings(("http://x",), Path("/t")),
         Policy(),
         {},
         (M,),

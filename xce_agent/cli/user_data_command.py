@@ -145,9 +145,9 @@ def _check_controller_url(url: str, plain_http: bool) -> None:
     import urllib.parse
 
     from xce_agent.config.agent import loopback_url
-    from xce_agent.config.controller_urls import URL
+    from xce_protocol.replicas import URL
 
-    # The agent's own rule (controller_urls.URL) and a host: else it could never join.
+    # The agent's own rule (xce_protocol.replicas.URL) and a host: else it could never join.
     if not URL.fullmatch(url) or not urllib.parse.urlsplit(url).hostname:
         raise UsageError(f"--controller-url: expected an http:// or https:// URL, got {url!r}")
     if url.startswith("http://") and not plain_http and not loopback_url(url):

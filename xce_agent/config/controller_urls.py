@@ -10,18 +10,13 @@ is presented to every entry.
 from __future__ import annotations
 
 import ipaddress
-import re
 import urllib.parse
 
+from xce_protocol.replicas import MAX_URLS, URL
 from xce_protocol.validation import Checker, describe
 from xce_protocol.yamlsource import LineDict, LineList
 
-MAX_URLS = 16
 EXPECTED = "an http:// or https:// URL"
-# No userinfo and no backslash in the authority: `http://ctl.example\@127.0.0.1/` reads as
-# loopback to urllib.parse but requests sends it (and the token) to ctl.example. No comma:
-# no host name has one, and `http://a,http://b` is a list written as one string.
-URL = re.compile(r"^https?://[^\s/\\@?#,]+(/\S*)?$")
 _KEY = "controller.url"
 
 
