@@ -122,9 +122,11 @@ class AdminVerbs:
         return found
 
     def _fence(self, lease: str, token: int) -> None:
-        if lease:
-            held = self.leases.current(lease)
-            power.check_grant(lease, token, held.token, held.live(self.leases.monotonic()))
+        if not lease:
+            power.check_grant(lease, token, 0, False)  # none, unless a token came without it
+            return
+        held = self.leases.current(lease)
+        power.check_grant(lease, token, held.token, held.live(self.leases.monotonic()))
 
     # --- admin ------------------------------------------------------------------------
     def listed_hosts(self, everything: bool) -> list[Host]:

@@ -39,6 +39,13 @@ def _lease() -> Lease:
     name = os.environ.get("XCE_LEASE_NAME", "")
     token = os.environ.get("XCE_LEASE_TOKEN", "")
     if not name:
+        if token:  # half a lease: a fence the operator meant to have, silently not there
+            click.echo(
+                "xce-provisioner: XCE_LEASE_TOKEN is set but XCE_LEASE_NAME is not: "
+                "set both (under a lease) or neither (by hand)",
+                err=True,
+            )
+            sys.exit(EX_CONFIG)
         return Lease()
     if not (token.isascii() and token.isdigit()):  # "²" is a digit to isdigit, not to int
         click.echo(

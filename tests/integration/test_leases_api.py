@@ -264,6 +264,30 @@ def test_every_provisioner_write_under_an_old_grant_is_refused_and_changes_nothi
         assert refused.json()["error"] == "stale_lease", (path, refused.text)
         assert "lease prov token 1 is not the current grant" in refused.json()["message"]
     assert (_state(ctl, "rf-1"), _state(ctl, "rf-2")) == ("expected", "absent")
+    # Read strictly: a lease half named, named twice or a token as a parser reads it leniently
+    # is refused, and changes nothing either.
+    for query in ("token=2", "lease=&token=2"):
+        odd = requests.post(
+            f"{ctl.url}/v1/expected?{query}", json=old[0][1], headers=ADMIN, timeout=10
+        )
+        assert odd.status_code == 409 and odd.json()["error"] == "conflict", (query, odd.text)
+    for query in (
+        "lease=prov&token=1&token=2",
+        "lease=nope&lease=prov&token=2",
+        "lease=prov&token=%2B2",
+        "lease=prov&token=02",
+        "lease=prov&token=%202",
+    ):
+        odd = requests.post(
+            f"{ctl.url}/v1/expected?{query}", json=old[0][1], headers=ADMIN, timeout=10
+        )
+        assert odd.status_code == 422 and odd.json()["error"] == "bad_request", (query, odd.text)
+    step = {"decision": "expected@1.0", "action": "on", "phase": "begun", "lease": "", "token": 2}
+    odd = requests.post(
+        ctl.url + "/v1/provisioned/rf-1/power", json=step, headers=ADMIN, timeout=10
+    )
+    assert odd.status_code == 409 and "without its lease" in odd.json()["message"], odd.text
+    assert (_state(ctl, "rf-1"), _state(ctl, "rf-2")) == ("expected", "absent")
     retired = _under(ctl, "/v1/provisioned/rf-1/decommission", 2, {"reason": "idle"})
     assert retired.status_code == 200, retired.text
     assert _state(ctl, "rf-1") == "decommissioned"

@@ -88,6 +88,9 @@ def test_power_steps_for_unknown_instances_or_steps_are_refused() -> None:
 def test_a_power_step_under_a_lease_needs_its_current_live_grant() -> None:
     power.check_grant("provisioner", 7, 7, True)
     power.check_grant("", 0, 9, True)  # no lease: a provisioner run without one
+    with pytest.raises(lc.Refused) as half:
+        power.check_grant("", 9, 9, True)  # a token without its lease: meant to be fenced
+    assert half.value.kind == "conflict"
     for token, current, live in ((6, 7, True), (7, 7, False), (8, 7, True)):
         with pytest.raises(lc.Refused) as refused:
             power.check_grant("provisioner", token, current, live)

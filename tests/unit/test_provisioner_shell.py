@@ -274,6 +274,21 @@ def test_a_lease_token_that_is_no_ascii_integer_is_a_usage_error(
     assert _lease().token == 42
 
 
+def test_a_lease_token_without_its_name_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from xce_provisioner.cli import _lease
+
+    monkeypatch.setenv("XCE_LEASE_NAME", "")
+    monkeypatch.setenv("XCE_LEASE_TOKEN", "5")
+    with pytest.raises(SystemExit) as exited:
+        _lease()
+    assert exited.value.code == 2
+    assert "XCE_LEASE_TOKEN is set but XCE_LEASE_NAME is not" in capsys.readouterr().err
+    monkeypatch.delenv("XCE_LEASE_TOKEN")
+    assert _lease().name == "", "neither: run by hand, no lease"
+
+
 def test_the_status_file_says_the_lease_and_the_last_actions(tmp_path: Path) -> None:
     from xce_provisioner.controller import Lease
 

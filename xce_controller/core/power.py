@@ -34,8 +34,13 @@ class PowerReport:
 def check_grant(lease: str, token: int, current_token: int, live: bool) -> None:
     """A step or a read under a lease must carry the lease's current, live grant: a
     provisioner that lost its lease (and may not know it yet) is refused before it touches a
-    machine. `stale_lease` unless `token` is that grant; no lease ("") is not checked."""
+    machine. `stale_lease` unless `token` is that grant; no lease ("") is not checked, but
+    a token without its lease is refused: the caller meant to be fenced and would not be."""
     if not lease:
+        if token:
+            # 409 as for other fields that conflict (join_token with mint_join_token): each is
+            # valid alone, so the schema cannot say it.
+            raise Refused("conflict", 409, f"token {token} without its lease: name the lease")
         return
     if token != current_token or not live:
         raise Refused(

@@ -9,12 +9,14 @@ provisioner token or the admin token. See docs/provisioner.md.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from typing import Any, Optional
 
-from fastapi import FastAPI, Query
+from fastapi import Depends, FastAPI, Query, Request
 from pydantic import BaseModel, Field
 
+from xce_controller.admin_verbs import Held
 from xce_controller.core import power
 from xce_controller.core.lifecycle import Refused
 from xce_controller.core.model import Host
@@ -28,6 +30,22 @@ STEPS_SHOWN = 16
 # expect, retire and ack take `?lease=&token=`, with the same bounds as a step's body.
 LEASE = Query("", max_length=64)
 TOKEN = Query(0, ge=0, le=2**53)
+TOKEN_TEXT = re.compile(r"0|[1-9][0-9]{0,15}")  # as the token is written: "+2", "02" are not
+
+
+def held_lease(request: Request, lease: str = LEASE, token: int = TOKEN) -> Held:
+    """The lease a call names in its query, read strictly: a fence is no place for a parser's
+    leniency (the last of two `token=` winning, " 2" read as 2)."""
+    query = request.query_params
+    if len(query.getlist("lease")) > 1 or len(query.getlist("token")) > 1:
+        raise Refused("bad_request", 422, "lease and token: at most once each")
+    raw = query.get("token")
+    if raw is not None and not TOKEN_TEXT.fullmatch(raw):
+        raise Refused("bad_request", 422, f"token: expected a decimal integer, got {raw[:40]!r}")
+    return lease, token
+
+
+HELD = Depends(held_lease)
 STEP_PATTERN = r"^[a-z_]{1,16}$"
 DECISION_PATTERN = r"^[a-z]{1,16}@[0-9.]{1,32}$"
 
@@ -101,9 +119,9 @@ def install(api: FastAPI, ctl: Controller) -> None:
 
     @api.get("/v1/provisioned", response_model=list[ProvisionedRecord], responses=ERRORS)
     async def provisioned(
-        lease: str = LEASE, token: int = TOKEN, by: str = PROVISIONER_OR_READER
+        held: Held = HELD, by: str = PROVISIONER_OR_READER
     ) -> list[dict[str, Any]]:
-        return [record(ctl, h) for h in ctl.provisioned_hosts(lease, token)]
+        return [record(ctl, h) for h in ctl.provisioned_hosts(*held)]
 
     @api.post(
         "/v1/provisioned/{instance_id}/power", response_model=ProvisionedRecord, responses=ERRORS
@@ -134,10 +152,8 @@ def install(api: FastAPI, ctl: Controller) -> None:
     async def retire(
         instance_id: str,
         body: RetireBody,
-        lease: str = LEASE,
-        token: int = TOKEN,
+        held: Held = HELD,
         by: str = PROVISIONER_ROLE,
     ) -> dict[str, Any]:
         why = body.reason or "decommissioned by the provisioner"
-        held = (lease, token)
         return record(ctl, ctl.retire(by, instance_id, why, body.drain_timeout, held))

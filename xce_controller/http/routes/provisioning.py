@@ -8,9 +8,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from xce_controller.admin_verbs import Expectation
+from xce_controller.admin_verbs import Expectation, Held
 from xce_controller.http.auth import ERRORS, PROVISIONER_OR_READER, PROVISIONER_ROLE
-from xce_controller.http.routes.power import LEASE, TOKEN
+from xce_controller.http.routes.power import HELD
 from xce_controller.http.schemas import ExpectAnswer, ExpectBody, HostDetail
 from xce_controller.http.views import host_detail
 from xce_controller.service import Controller
@@ -22,7 +22,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
 
     @api.post("/v1/expected", response_model=ExpectAnswer, status_code=201, responses=ERRORS)
     async def expect(
-        body: ExpectBody, lease: str = LEASE, token: int = TOKEN, by: str = PROVISIONER_ROLE
+        body: ExpectBody, held: Held = HELD, by: str = PROVISIONER_ROLE
     ) -> dict[str, Any]:
         wanted = Expectation(
             instance_id=body.instance_id,
@@ -34,7 +34,7 @@ def install(api: FastAPI, ctl: Controller) -> None:
             join_token=body.join_token,
             mint_join_token=body.mint_join_token,
         )
-        host, minted = ctl.expect(by, wanted, (lease, token))
+        host, minted = ctl.expect(by, wanted, held)
         return {**host_detail(ctl, host), **({"join_token": minted} if minted else {})}
 
     @api.get("/v1/expected", response_model=list[HostDetail], responses=ERRORS)
@@ -47,6 +47,6 @@ def install(api: FastAPI, ctl: Controller) -> None:
 
     @api.post("/v1/to-return/{instance_id}/ack", response_model=HostDetail, responses=ERRORS)
     async def ack(
-        instance_id: str, lease: str = LEASE, token: int = TOKEN, by: str = PROVISIONER_ROLE
+        instance_id: str, held: Held = HELD, by: str = PROVISIONER_ROLE
     ) -> dict[str, Any]:
-        return host_detail(ctl, ctl.ack_return(by, instance_id, (lease, token)))
+        return host_detail(ctl, ctl.ack_return(by, instance_id, held))
