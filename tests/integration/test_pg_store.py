@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.pg_server import PgCluster
@@ -144,6 +145,24 @@ def test_migrate_brings_a_new_database_to_the_schema_once(pg_dsn: str) -> None:
     assert first.returncode == 0 and "schema version 1" in first.stdout, first.stderr
     again = xce_controller("migrate", "--db", pg_dsn)
     assert again.returncode == 0 and "already at schema version 1" in again.stdout
+
+
+def test_a_damaged_schema_record_is_one_line_that_says_so(tmp_path: Path, pg_dsn: str) -> None:
+    assert xce_controller("migrate", "--db", pg_dsn).returncode == 0
+    damages = (
+        ("DELETE FROM schema_version", "schema_version holds 0 rows"),
+        ("INSERT INTO schema_version VALUES (1), (5)", "schema_version holds 2 rows"),
+        ("DROP TABLE schema_version", "a store's tables but no schema_version table"),
+    )
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for sql, why in damages:
+            conn.execute(sql)
+            for r in (xce_controller("migrate", "--db", pg_dsn), serve(tmp_path, pg_dsn)):
+                lines = r.stderr.strip().splitlines()
+                assert r.returncode == 1 and len(lines) == 1 and why in lines[0], r.args
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('schema_version')").fetchone() == (None,)
+        assert conn.execute("SELECT count(*) FROM facts").fetchone() == (0,), "nothing written"
 
 
 def test_an_unreachable_database_is_one_line_and_exit_1(tmp_path: Path) -> None:

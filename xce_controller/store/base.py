@@ -50,6 +50,12 @@ class SchemaTooNew(Exception):
     """The database was migrated by a newer controller than this one."""
 
 
+class SchemaDamaged(SchemaTooNew):
+    """The database's schema record is not one version (rows deleted or added, the table
+    dropped beside the store's tables): a schema this controller cannot use either, so it is
+    caught where SchemaTooNew is."""
+
+
 class Store(Protocol):
     """The facts, the state rows they produce, and what is kept beside them."""
 

@@ -27,13 +27,12 @@ from psycopg_pool import ConnectionPool
 from xce_controller.core.codec import host_from_json, host_to_json, job_from_json, job_to_json
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
-from xce_controller.store import pg_copy
+from xce_controller.store import pg_copy, pg_schema
 from xce_controller.store.base import (
     FLOOR_ROW,
     LockBusy,
     Numbered,
     OutcomeUnknown,
-    SchemaTooNew,
     StaleState,
     StorageUnavailable,
 )
@@ -56,29 +55,10 @@ from xce_controller.store.pg_deadline import Watchdog
 from xce_controller.store.pg_listener import CHANNEL, Listener
 
 log = logging.getLogger(__name__)
+SCHEMA_VERSION = pg_schema.SCHEMA_VERSION
 
-# Each entry brings the schema from the previous version to its own; never edit a released one.
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE facts (
-        seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
-        by TEXT NOT NULL, data JSONB NOT NULL,
-        committed_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp());
-    CREATE INDEX facts_key ON facts ((data->>'key'), seq);
-    CREATE INDEX facts_instance ON facts ((data->>'instance_id'), seq) WHERE kind = 'expected';
-    CREATE INDEX facts_previous ON facts ((data->>'previous_key'), seq)
-        WHERE kind = 'lease_granted';
-    CREATE TABLE hosts (key TEXT PRIMARY KEY, data TEXT NOT NULL);
-    CREATE TABLE jobs (id BIGINT PRIMARY KEY, data TEXT NOT NULL);
-    CREATE UNLOGGED TABLE seen (key TEXT PRIMARY KEY, at DOUBLE PRECISION NOT NULL);
-    CREATE TABLE reports (key TEXT PRIMARY KEY, data TEXT NOT NULL);
-    CREATE TABLE leases (name TEXT PRIMARY KEY, data TEXT NOT NULL);
-    """,
-)
-SCHEMA_VERSION = len(MIGRATIONS)
 LOCK_NOT_AVAILABLE = "55P03"  # the lock timeout passed (pg_connection.LOCK_TIMEOUT)
 APPEND_LOCK = pg_copy.APPEND_LOCK  # pg_advisory_xact_lock key: one appender at a time
-MIGRATE_LOCK = 0x7863650002
 MARKER = pg_copy.MARKER  # the `seen` row that dates the table itself
 
 
@@ -123,34 +103,7 @@ class PgStore:
     # --- schema -------------------------------------------------------------------------
     def _schema(self, migrate: bool, explicit: bool) -> int:
         with self._tx(limit=LONG) as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
-            cur.execute("SELECT to_regclass('schema_version') IS NOT NULL")
-            row = cur.fetchone()
-            version = 0
-            if row and row[0]:
-                cur.execute("SELECT version FROM schema_version")
-                got = cur.fetchone()
-                version = int(got[0]) if got else 0
-            if version > SCHEMA_VERSION:
-                raise SchemaTooNew(
-                    f"the database has schema version {version}; this controller knows up to "
-                    f"{SCHEMA_VERSION}: run a newer xce-controller"
-                )
-            if version == SCHEMA_VERSION or not migrate:
-                return version
-            if version and not explicit:
-                raise SchemaTooNew(
-                    f"the database has schema version {version}, this controller needs "
-                    f"{SCHEMA_VERSION}: run `xce-controller migrate` first"
-                )
-            if version == 0:
-                cur.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-                cur.execute("INSERT INTO schema_version VALUES (0)")
-            for step in range(version, SCHEMA_VERSION):
-                cur.execute(MIGRATIONS[step])
-                cur.execute("UPDATE schema_version SET version = %s", (step + 1,))
-                log.warning("database schema migrated to version %d", step + 1)
-            return SCHEMA_VERSION
+            return pg_schema.settle(cur, migrate, explicit)
 
     # --- plumbing -----------------------------------------------------------------------
     @contextmanager
