@@ -84,3 +84,12 @@ def test_an_unreadable_string_is_storage_unavailable(db: str, why: str) -> None:
         with_tcp_bounds(db)
     assert why in caught.value.cause and "s3cret" not in caught.value.cause
     assert caught.value.__cause__ is None  # libpq's words, password and all, not chained
+
+
+def test_each_host_of_a_multi_host_string_is_named_when_none_can_be_used() -> None:
+    db = (
+        f"postgresql://xce:s3cret@127.0.0.1:{PORT},127.0.0.1:{PORT + 1}/xce"
+        "?target_session_attrs=read-write&connect_timeout=2"
+    )
+    line = one_line(xce_controller("migrate", "--db", db), "no host could be used")
+    assert f"127.0.0.1:{PORT}: " in line and f"127.0.0.1:{PORT + 1}: " in line, line

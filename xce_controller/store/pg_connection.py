@@ -6,6 +6,7 @@ against a refusal of the statement). postgres.py and pg_listener.py use them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
@@ -97,6 +98,17 @@ def one(cur: psycopg.Cursor[Any]) -> int:
     return int(row[0])
 
 
+# psycopg 3.2+ lists each host of a multi-host connection string it tried, one line each.
+_ATTEMPT = re.compile(r"^- host: '([^']*)', port: '([^']*)'.*failed: (.*)$")
+
+
 def why(exc: BaseException) -> str:
+    """The driver's error in one line; for a multi-host connection string, every host tried
+    and why it failed (the first line names only the last)."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    tried = [m.groups() for m in map(_ATTEMPT.match, text) if m]
+    if len(tried) < 2:
+        return text[0]
+    return "no host could be used: " + "; ".join(f"{h}:{p}: {what}" for h, p, what in tried)
