@@ -142,7 +142,7 @@ def xce_controller(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_migrate_brings_a_new_database_to_the_schema_once(pg_dsn: str) -> None:
     first = xce_controller("migrate", "--db", pg_dsn)
-    assert first.returncode == 0 and "schema version 1" in first.stdout, first.stderr
+    assert first.returncode == 0 and "a new store, schema version 1" in first.stdout, first.stderr
     again = xce_controller("migrate", "--db", pg_dsn)
     assert again.returncode == 0 and "already at schema version 1" in again.stdout
 

@@ -57,7 +57,9 @@ def test_a_file_that_is_not_a_store_is_one_line_for_migrate_and_copy_store(
     assert junk.read_text() == "not a database\n" * 100  # left as it was
     store = tmp_path / "controller.db"
     made = xce_controller("migrate", "--db", str(store))
-    assert made.returncode == 0, made.stderr
+    assert made.returncode == 0 and "a new store, schema version 1" in made.stdout, made.stderr
+    again = xce_controller("migrate", "--db", str(store))
+    assert "already at schema version 1" in again.stdout, "the same words as on PostgreSQL"
     copied = xce_controller("copy-store", "--from", str(store), "--to", pg_dsn)
     assert copied.returncode == 0 and "replay matches" in copied.stdout, copied.stderr
 

@@ -10,6 +10,7 @@ exactly the hosts and jobs copied, which must be the source's. The source is onl
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -38,14 +39,16 @@ def migrate(db: str) -> None:
         else:
             from xce_controller.store.sqlite import SCHEMA_VERSION, Store
 
-            before = -1
+            before = _sqlite_version(Path(db))
             Store(Path(db)).close()
     except (StorageUnavailable, SchemaTooNew, sqlite3.Error) as exc:
         raise XceError(f"{describe(db)}: {exc}") from exc
     if before == SCHEMA_VERSION:
         click.echo(f"{describe(db)}: already at schema version {SCHEMA_VERSION}")
+    elif before <= 0:  # said, so that a mistyped path or database is seen for what it made
+        click.echo(f"{describe(db)}: a new store, schema version {SCHEMA_VERSION}")
     else:
-        click.echo(f"{describe(db)}: schema version {SCHEMA_VERSION}")
+        click.echo(f"{describe(db)}: schema version {before} -> {SCHEMA_VERSION}")
 
 
 # What the database's own tools do instead, for a verb that copies a SQLite file.
@@ -65,6 +68,19 @@ def sqlite_file(db: str, verb: str) -> Path:
             f"{PG_INSTEAD[verb]} (docs/operations.md, Backup and restore)"
         )
     return Path(db)
+
+
+def _sqlite_version(path: Path) -> int:
+    """The schema version of the SQLite store at `path` (user_version 0 is version 1); 0
+    when there is none yet. Read only: a file that is not a store is left as it is."""
+    if not path.exists():
+        return 0
+    with contextlib.closing(
+        sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    ) as conn:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'facts'").fetchone():
+            return 0
+        return max(1, int(conn.execute("PRAGMA user_version").fetchone()[0]))
 
 
 def _pg_version(db: str) -> int:
