@@ -23,6 +23,7 @@ from xce_protocol.notices import Notice, NoticeKind
 from xce_protocol.protocol import Answer, Outcome
 
 log = logging.getLogger(__name__)
+PAST_THE_BOUND = 1.0  # seconds the notice's request may outlast the drain's bound
 
 
 class PlannedStop:
@@ -80,7 +81,10 @@ class PlannedStop:
 
         payload: dict[str, Any] = notice_payload(notice, self._instance_id)
         client = self._side.open_link().client
-        budget = min(client.config.timeout, seconds)
+        # A second past the bound: when the bound comes first, its timer ends the drain and
+        # says so, never the notice's own timeout firing at the same instant (a silent
+        # controller then read as one that "did not take it", depending on which ran first).
+        budget = min(client.config.timeout, seconds + PAST_THE_BOUND)
 
         def send() -> None:
             try:
