@@ -17,7 +17,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from xce_controller.core.config import ClusterConfig
 from xce_controller.core.facts import apply
@@ -26,6 +26,7 @@ from xce_controller.shared_reads import SharedReads
 from xce_controller.store.base import Numbered, SharedStore, StorageUnavailable, Store
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 POLL = 1.0  # seconds between reads of the log's head when no NOTIFY came
 # The longest a request waits for its read of the log before it is answered from memory (a
 # change decided there is still refused by the store if the log moved): a database that
@@ -120,11 +121,16 @@ class Replica:
         raise asyncio.TimeoutError  # answered from memory; the database is not taken as away
 
     def _facts_after(self, version: int) -> list[Numbered]:
-        """The log read in the reader thread, timed there: how long the database takes to
-        answer, not how long the event loop took to look at the answer."""
+        """The log read in the reader thread, timed there (_timed)."""
+        return self._timed(lambda: self.ctl.store.facts_after(version))
+
+    def _timed(self, read: Callable[[], T]) -> T:
+        """A read in the reader thread, timed there: how long the database takes to answer,
+        not how long the event loop took to look at the answer. Every read on that thread is
+        (a follow read queued behind a stuck liveness read waits on the database too)."""
         self._reading_since = time.monotonic()
         try:
-            return self.ctl.store.facts_after(version)
+            return read()
         finally:
             self._reading_since = 0.0
 
@@ -216,7 +222,7 @@ class Replica:
     def refresh(self, keys: Iterable[str]) -> None:
         """Heartbeat times other replicas stored, and when the shared table last started
         empty (a crash or failover): no host is judged lost by beats the database lost."""
-        self._take_liveness(*self._read_liveness(list(keys)))
+        self._take_liveness(*self._liveness_of(list(keys)))  # on the loop: not timed
 
     async def refreshed(self, keys: Iterable[str]) -> None:
         """refresh(), its reads off the event loop."""
@@ -225,6 +231,9 @@ class Replica:
         self._take_liveness(*read)
 
     def _read_liveness(self, wanted: list[str]) -> tuple[dict[str, float], float]:
+        return self._timed(lambda: self._liveness_of(wanted))
+
+    def _liveness_of(self, wanted: list[str]) -> tuple[dict[str, float], float]:
         seen = self.store.seen_of(wanted) if wanted else {}
         return seen, self.store.liveness_since()
 
