@@ -14,8 +14,9 @@ first. The ladders:
 
 * expected, off: `on`.
 * decommissioned, lost (both on the to-return list), returned: `shutdown` (graceful), then
-  `force_off` once the graceful timeout passed, then (to-return states) `ack`, which tells
-  the controller the instance is back.
+  `force_off` once the graceful timeout passed after the BMC took the shutdown (one only
+  begun is asked again first), then (to-return states) `ack`, which tells the controller
+  the instance is back.
 * overdue: `cycle` once (repair step 1); still overdue `repair_wait` after it: `shutdown`,
   `force_off`, `ack` as above (repair step 2).
 * open, closed, draining: nothing. A record in a state the operator excluded is never
@@ -207,11 +208,12 @@ def _machine(view: View, m: Machine, r: Record, now: float) -> list[Action]:
 
 def _outcomes(m: Machine, r: Record, power: Power) -> list[Action]:
     """Steps of earlier decisions still in flight (the record moved on: the machine that was
-    powered on joined): confirmed once their power state shows, never asked again."""
-    last: dict[tuple[str, str], Step] = {}
+    powered on joined): confirmed once their power state shows, never asked again. Only a
+    decision's last step: a shutdown the forced off came after did not power it off."""
+    last: dict[str, Step] = {}
     for step in r.steps:
         if step.decision != r.decision and step.action in _TARGET:
-            last[(step.decision, step.action)] = step
+            last[step.decision] = step
     return [
         Note(m, s.decision, s.action, Phase.CONFIRMED, s.attempt, Reason.POWER_CONFIRMED)
         for s in last.values()
@@ -282,8 +284,10 @@ def _ladder(
         wait = view.policy.graceful_timeout
     if since is None or now - since < wait:
         return []
-    if last.action == "shutdown" and "force_off" in actions:
+    if last.action == "shutdown" and "force_off" in actions and last.phase is Phase.ISSUED:
         return [Act(m, r.decision, "force_off", Request.FORCE_OFF, 1, Reason.POWER_OFF_FORCED)]
+    # A shutdown only begun may never have left (the run ended, or the write's answer was
+    # lost, between its `begun` and its request): asked again, gracefully, before any force.
     if last.attempt >= view.policy.attempts:
         return [Note(m, r.decision, last.action, Phase.GAVE_UP, last.attempt, Reason.POWER_GAVE_UP)]
     return [Act(m, r.decision, last.action, _REQUEST[last.action], last.attempt + 1, code)]

@@ -130,6 +130,28 @@ def test_a_decommissioned_machine_shuts_down_then_is_forced_off_then_returned() 
     assert isinstance(ack, Ack)
 
 
+def test_a_shutdown_only_begun_is_asked_again_gracefully_before_any_force() -> None:
+    """Its request may never have left: forcing the machine off then would skip the
+    graceful shutdown the journal says was begun."""
+    begun = (off_step("shutdown", Phase.BEGUN),)
+    seen = {("decommissioned@100.000000", "shutdown", 1): 0.0}
+    assert plan(view("decommissioned", Power.ON, begun, seen), 59) == []
+    again = only(plan(view("decommissioned", Power.ON, begun, seen), 60))
+    assert isinstance(again, Act) and again.request is Request.SHUTDOWN and again.attempt == 2
+    issued = (*begun, off_step("shutdown", Phase.BEGUN, 2), off_step("shutdown", Phase.ISSUED, 2))
+    seen[("decommissioned@100.000000", "shutdown", 2)] = 60.0
+    forced = only(plan(view("decommissioned", Power.ON, issued, seen), 120))
+    assert isinstance(forced, Act) and forced.request is Request.FORCE_OFF
+
+
+def test_a_returned_record_s_forced_off_is_what_is_confirmed_not_its_shutdown() -> None:
+    """The record moved on (acked: returned) with both steps still in flight: the power off
+    was the forced one's; the shutdown it came after is not written as confirmed."""
+    steps = (off_step("shutdown", Phase.ISSUED), off_step("force_off", Phase.ISSUED))
+    note = only(plan(view("returned", Power.OFF, steps, decision="returned@200.000000"), 0))
+    assert isinstance(note, Note) and (note.action, note.phase) == ("force_off", Phase.CONFIRMED)
+
+
 def test_a_decommissioned_machine_that_is_off_already_is_returned_at_once() -> None:
     assert isinstance(only(plan(view("decommissioned", Power.OFF), 0)), Ack)
 
