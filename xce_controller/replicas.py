@@ -32,8 +32,9 @@ POLL = 1.0  # seconds between reads of the log's head when no NOTIFY came
 # change decided there is still refused by the store if the log moved): a database that
 # stops answering holds no request longer, and the store's own deadline ends the read.
 FOLLOW_WAIT = 1.0
-# FOLLOW_WAIT measures the database, not the loop: a read the loop was too busy to see done
-# (a commit waiting for a lock holds it) is waited for again, this many rounds in all.
+# FOLLOW_WAIT is the database's time, as the reading thread measures it, not the loop's: a read
+# the database answered but the loop did not yet see (a commit waiting for a lock holds the
+# loop) is waited for again, this many rounds in all.
 FOLLOW_ROUNDS = 3
 # How long a replica cut off from its database still answers heartbeats from memory: a
 # failover of the primary (under a second) then costs no heartbeat. Past it the replica is
@@ -101,23 +102,32 @@ class Replica:
     async def current(self) -> None:
         """Every fact committed before this call applied here, read off the event loop; one
         read serves every request that arrived before it began (shared_reads.py). Raises
-        StorageUnavailable, or TimeoutError once the read has been in the database for
-        FOLLOW_WAIT (or the loop was held FOLLOW_ROUNDS times): the caller answers from memory."""
+        StorageUnavailable (at once while the database is known away), or TimeoutError past
+        FOLLOW_WAIT without an answer: the caller answers from memory."""
         if self.dirty:
             self.reload()
             return
+        if self.store.unreachable_for() > 0:
+            # Known away (its probe ends that): no wait behind a read the database holds
+            # until the store's deadline cuts it, for this request nor for the next ones.
+            raise StorageUnavailable("the database is unreachable")
         read = self.reads.after_now()
         for _ in range(FOLLOW_ROUNDS):
             await asyncio.wait({read}, timeout=FOLLOW_WAIT)
             if read.done():
                 return read.result()
-            if self._in_database() >= FOLLOW_WAIT:
+            waited = self._in_database()
+            if waited >= FOLLOW_WAIT:
                 # A database this slow to read is taken as away: a change then fails at once
                 # instead of holding the loop for the store's deadline, until its probe answers.
                 self.store.unanswered(f"the database did not answer within {FOLLOW_WAIT:.0f} s")
                 raise asyncio.TimeoutError
-            # Not the database's time but the loop's: a commit that waited for a lock (held by
-            # a stopped replica, say) held the loop, and the read may be answered already.
+            if waited > 0:
+                # A read begun late (behind another) is not yet owed that long: this request
+                # is answered from memory, and the database judged by a later one.
+                raise asyncio.TimeoutError
+            # No read in the database: its answer is in, and only waits for the loop, which
+            # was held (a commit waiting for a lock a stopped replica holds). Waited again.
         raise asyncio.TimeoutError  # answered from memory; the database is not taken as away
 
     def _facts_after(self, version: int) -> list[Numbered]:
