@@ -5,7 +5,7 @@ machine is) and a controller that is itself stopped past the hosts' grace.
   FOLLOW_WAIT, never held for the stop, not even on the replica that takes a change
   meanwhile (its read of the log unanswered past FOLLOW_WAIT, the database is taken as away
   and the change fails at once, never holding the loop for the store's deadline); once the
-  database is taken as away they are answered 503 (the replica is isolated: the agent would
+  database is taken as away no request waits for a read, and heartbeats are answered 503 (the replica is isolated: the agent would
   move on) and /healthz says "isolated"; a scrape shows the outage; once the database runs
   again, heartbeats and changes go through and no host is declared lost (each replica's loss
   timers give a fresh grace after the stall).
@@ -40,6 +40,8 @@ from xce_controller.store.open import open_store
 FROZEN = 9.0  # seconds the database does not answer: past the 4 s grace and the deadline
 BEAT_BOUND = 2.5  # FOLLOW_WAIT (1 s) and a loaded machine's margin
 CHANGE_BOUND = 2.5  # FOLLOW_WAIT, then the database taken as away: the change fails at once
+KNOWN_AFTER = 2.5  # the stop is known by then (FOLLOW_WAIT and a loaded machine's margin)
+FAST = 0.6  # an answer from memory, on a loaded machine
 
 
 class Beater:
@@ -134,6 +136,10 @@ def test_a_database_that_stops_answering_holds_no_heartbeat_and_loses_no_host(
         assert 503 in {status for _, status, _ in during}, during  # isolated meanwhile
         assert beats.answers[-1][1] == 200, beats.answers  # and answered again after
         assert max(s for _, _, s in during) < BEAT_BOUND, during
+        # Once the database is known away no request waits for a read (before, each waited
+        # FOLLOW_WAIT until the store's 4 s deadline cut the read under way).
+        known = [s for at, _, s in during if stopped + KNOWN_AFTER < at < resumed - 1.0]
+        assert known and max(known) < FAST, during
         assert (health.status_code, health.json()["status"]) == (503, "isolated"), health.text
         assert change.status_code == 503 and took < CHANGE_BOUND, (change.text, took)
         # The outage is shown while it lasts: the scrape answers, from memory.
