@@ -7,8 +7,8 @@ machine is) and a controller that is itself stopped past the hosts' grace.
   and the change fails at once, never holding the loop for the store's deadline); once the
   database is taken as away no request waits for a read, and heartbeats are answered 503
   (the replica is isolated: the agent would move on) and /healthz says "isolated"; a scrape
-  shows the outage; once the database runs again, heartbeats and changes go through and no host is declared lost (each replica's loss
-  timers give a fresh grace after the stall).
+  shows the outage; once the database runs again, heartbeats and changes go through and no
+  host is declared lost (each replica's loss timers give a fresh grace after the stall).
 - A single SQLite controller stopped for 1.5 graces while its host keeps beating: on resume
   the timer is due before the heartbeats waiting in its socket are read; the host must not
   be judged lost by the time the controller could not hear it.
