@@ -21,6 +21,16 @@ TEMPLATE_MAX = 63
 
 # Leases (xce_controller/core/leases.py): lower case, so one lease is never two spellings.
 LEASE_NAME = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+# A lease's fencing token as it is written (the query of a provisioner's call, its
+# XCE_LEASE_TOKEN): plain decimal, so "+2", "02" and " 2" are not 2; at most 2**53, exact as a
+# JSON number.
+LEASE_TOKEN = r"^(0|[1-9][0-9]{0,15})$"  # noqa: S105 - a pattern, no secret
+LEASE_TOKEN_MAX = 2**53
+
+
+def is_lease_token(text: str) -> bool:
+    return re.fullmatch(LEASE_TOKEN, text) is not None and int(text) <= LEASE_TOKEN_MAX
+
 
 # The same, or nothing (optional fields of the wire protocol).
 INSTANCE_ID_OR_NONE = r"^(|[A-Za-z0-9][A-Za-z0-9_.-]{0,127})$"

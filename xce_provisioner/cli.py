@@ -14,6 +14,7 @@ from types import FrameType
 
 import click
 
+from xce_protocol import names
 from xce_provisioner import __version__
 from xce_provisioner.config import Config, ConfigError, load
 from xce_provisioner.controller import ControllerClient, Lease
@@ -47,9 +48,11 @@ def _lease() -> Lease:
             )
             sys.exit(EX_CONFIG)
         return Lease()
-    if not (token.isascii() and token.isdigit()):  # "²" is a digit to isdigit, not to int
+    if not names.is_lease_token(token):  # as the controller reads it: "02", "²" are not
         click.echo(
-            f"xce-provisioner: XCE_LEASE_TOKEN: expected an integer, got {token!r}", err=True
+            f"xce-provisioner: XCE_LEASE_TOKEN: expected an integer from 0 to "
+            f"{names.LEASE_TOKEN_MAX} in plain decimal, got {token[:40]!r}",
+            err=True,
         )
         sys.exit(EX_CONFIG)
     return Lease(name, int(token))

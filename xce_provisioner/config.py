@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xce_protocol import names
-from xce_protocol.replicas import MAX_URLS, URL
+from xce_protocol.replicas import MAX_URLS, URL, usable
 from xce_protocol.validation import Checker, describe
 from xce_protocol.yamlsource import LineDict, LineList, SourceError, load_file
 from xce_provisioner.drivers.redfish import RedfishSettings
@@ -146,13 +146,14 @@ def _urls(node: LineDict, c: Checker) -> tuple[str, ...] | None:
         return None
     for index, url in enumerate(found):
         if url in found[:index]:
-            c.report(f"controller.url[{index}]", "a URL not listed before", describe(url), line)
+            where = value.item_lines[index]
+            c.report(f"controller.url[{index}]", "a URL not listed before", describe(url), where)
             return None
     return found
 
 
 def _url(value: object, path: str, line: int, c: Checker) -> str | None:
-    if isinstance(value, str) and URL.fullmatch(value):
+    if isinstance(value, str) and URL.fullmatch(value) and usable(value):
         return value.rstrip("/")
     got = describe(value)
     if isinstance(value, str) and value.count("://") > 1:

@@ -287,6 +287,12 @@ def test_every_provisioner_write_under_an_old_grant_is_refused_and_changes_nothi
         ctl.url + "/v1/provisioned/rf-1/power", json=step, headers=ADMIN, timeout=10
     )
     assert odd.status_code == 409 and "without its lease" in odd.json()["message"], odd.text
+    del step["lease"], step["token"]
+    for query in ("token=5", "lease=prov&token=1"):  # the query form, unread here: refused
+        odd = requests.post(
+            f"{ctl.url}/v1/provisioned/rf-1/power?{query}", json=step, headers=ADMIN, timeout=10
+        )
+        assert odd.status_code == 422 and "in its body" in odd.json()["message"], odd.text
     assert (_state(ctl, "rf-1"), _state(ctl, "rf-2")) == ("expected", "absent")
     retired = _under(ctl, "/v1/provisioned/rf-1/decommission", 2, {"reason": "idle"})
     assert retired.status_code == 200, retired.text

@@ -108,6 +108,11 @@ def test_the_controller_is_one_url_or_the_replicas_list(tmp_path: Path) -> None:
             '["http://a:1", "http://a:1/"]',
             "controller.url[1]: expected a URL not listed before, got 'http://a:1'",
         ),
+        ('"http://127.0.0.1:99999"', "controller.url: expected an http:// or https:// URL"),
+        ('"http://127.0.0.1:abc"', "controller.url: expected an http:// or https:// URL"),
+        ('"http://:18601"', "controller.url: expected an http:// or https:// URL"),
+        ('"http://[::1"', "controller.url: expected an http:// or https:// URL"),
+        ('["http://127.0.0.1:0"]', "controller.url[0]: expected an http:// or https:// URL"),
         (
             '"http://ctl.example\\\\@127.0.0.1/"',
             "controller.url: expected an http:// or https:// URL, got",
@@ -258,7 +263,7 @@ def test_the_ack_of_a_returned_instance_is_not_an_error(tmp_path: Path) -> None:
     assert r.metrics.steps[("ack", "confirmed", "instance_returned")] == 1
 
 
-@pytest.mark.parametrize("token", ["²", "12a", "", "-1", "١٢"])
+@pytest.mark.parametrize("token", ["²", "12a", "", "-1", "١٢", "02", "+2", " 2", "9" * 17])
 def test_a_lease_token_that_is_no_ascii_integer_is_a_usage_error(
     token: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

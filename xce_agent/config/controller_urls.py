@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import urllib.parse
 
-from xce_protocol.replicas import MAX_URLS, URL
+from xce_protocol.replicas import MAX_URLS, URL, usable
 from xce_protocol.validation import Checker, describe
 from xce_protocol.yamlsource import LineDict, LineList
 
@@ -56,7 +56,7 @@ def _plain_http(node: LineDict, c: Checker) -> bool | None:
 
 
 def _entry(value: object, path: str, line: int, plain: bool | None, c: Checker) -> str | None:
-    if not isinstance(value, str) or not URL.fullmatch(value):
+    if not isinstance(value, str) or not URL.fullmatch(value) or not usable(value):
         got = describe(value)
         if isinstance(value, str) and value.count("://") > 1:
             got += " (several URLs are written as a YAML list)"

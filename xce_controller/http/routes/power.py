@@ -9,7 +9,6 @@ provisioner token or the admin token. See docs/provisioner.md.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
 from typing import Any, Optional
 
@@ -29,8 +28,7 @@ STEPS_SHOWN = 16
 # A call under a lease other than a step (whose body carries it): the provisioner's read,
 # expect, retire and ack take `?lease=&token=`, with the same bounds as a step's body.
 LEASE = Query("", max_length=64)
-TOKEN = Query(0, ge=0, le=2**53)
-TOKEN_TEXT = re.compile(r"0|[1-9][0-9]{0,15}")  # as the token is written: "+2", "02" are not
+TOKEN = Query(0, ge=0, le=names.LEASE_TOKEN_MAX)
 
 
 def held_lease(request: Request, lease: str = LEASE, token: int = TOKEN) -> Held:
@@ -40,7 +38,7 @@ def held_lease(request: Request, lease: str = LEASE, token: int = TOKEN) -> Held
     if len(query.getlist("lease")) > 1 or len(query.getlist("token")) > 1:
         raise Refused("bad_request", 422, "lease and token: at most once each")
     raw = query.get("token")
-    if raw is not None and not TOKEN_TEXT.fullmatch(raw):
+    if raw is not None and not names.is_lease_token(raw):
         raise Refused("bad_request", 422, f"token: expected a decimal integer, got {raw[:40]!r}")
     return lease, token
 
@@ -127,8 +125,11 @@ def install(api: FastAPI, ctl: Controller) -> None:
         "/v1/provisioned/{instance_id}/power", response_model=ProvisionedRecord, responses=ERRORS
     )
     async def power_step(
-        instance_id: str, body: PowerBody, by: str = PROVISIONER_ROLE
+        instance_id: str, body: PowerBody, request: Request, by: str = PROVISIONER_ROLE
     ) -> dict[str, Any]:
+        if {"lease", "token"} & set(request.query_params):
+            # Ignored, it would leave a step its caller meant to fence unfenced.
+            raise Refused("bad_request", 422, "a power step names its lease in its body")
         if not names.is_instance_id(instance_id):
             raise Refused("not_found", 404, f"no instance {instance_id[:80]!r}")  # names none
         report = power.PowerReport(
