@@ -23,29 +23,9 @@ land back on the dead one).
 
 from __future__ import annotations
 
-import re
-import urllib.parse
-
 from xce_protocol.reasons import Reason
 
-MAX_URLS = 16  # a configured list of the controller's replicas
-# One entry of such a list. No userinfo and no backslash in the authority:
-# `http://ctl.example\@127.0.0.1/` reads as loopback to urllib.parse but requests sends it (and
-# the token) to ctl.example. No comma: no host name has one, and `http://a,http://b` is a list
-# written as one string.
-URL = re.compile(r"^https?://[^\s/\\@?#,]+(/\S*)?$")
 OUTCOME_UNKNOWN = Reason.REFUSED_OUTCOME_UNKNOWN.value
-
-
-def usable(url: str) -> bool:
-    """A URL of URL's shape that a client can also connect to: a host, and a port (if
-    given) from 1 to 65535; `http://:80`, `http://h:99999` and `http://[::1` are not."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return False
-    return bool(parts.hostname) and (port is None or 1 <= port <= 65535)
 
 
 MOVE_STATUSES = frozenset({502, 503, 504})

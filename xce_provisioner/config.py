@@ -31,9 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from xce_protocol import names
-from xce_protocol.replicas import MAX_URLS, URL, usable
-from xce_protocol.validation import Checker, describe
+from xce_protocol import names, url_list
+from xce_protocol.validation import Checker
 from xce_protocol.yamlsource import LineDict, LineList, SourceError, load_file
 from xce_provisioner.drivers.redfish import RedfishSettings
 from xce_provisioner.plan import OFF_STATES, TO_RETURN, Machine, Policy
@@ -115,51 +114,13 @@ def _controller(doc: LineDict, c: Checker) -> ControllerSettings | None:
     if node is None:
         return None
     c.allowed_keys(node, "controller", ("url", "token_file", "ca_file", "timeout"))
-    urls = _urls(node, c)
+    urls = url_list.parse(node, c)  # one URL or the replicas' list, as the agent's
     token = c.string(node, "token_file", "controller")
     ca = c.string(node, "ca_file", "controller", required=False)
     timeout = c.duration(node, "timeout", "controller", default=10.0, positive=True, maximum=300)
     if urls is None or token is None or timeout is None:
         return None
     return ControllerSettings(urls, Path(token), _path(ca), timeout)
-
-
-def _urls(node: LineDict, c: Checker) -> tuple[str, ...] | None:
-    """`controller.url`: one URL, or a YAML list of the replicas' (the agent's rule, each
-    entry as xce_protocol.replicas.URL)."""
-    if "url" not in node:
-        c.report(
-            "controller.url", "an http:// or https:// URL or a list of them", "nothing", node.line
-        )
-        return None
-    value = node["url"]
-    line = c.line_of(node, "url")
-    if not isinstance(value, LineList):
-        one = _url(value, "controller.url", line, c)
-        return None if one is None else (one,)
-    if not 1 <= len(value) <= MAX_URLS:
-        c.report("controller.url", f"a list of 1 to {MAX_URLS} URLs", f"{len(value)} entries", line)
-        return None
-    urls = [_url(v, f"controller.url[{i}]", value.item_lines[i], c) for i, v in enumerate(value)]
-    found = tuple(u for u in urls if u is not None)
-    if len(found) != len(urls):
-        return None
-    for index, url in enumerate(found):
-        if url in found[:index]:
-            where = value.item_lines[index]
-            c.report(f"controller.url[{index}]", "a URL not listed before", describe(url), where)
-            return None
-    return found
-
-
-def _url(value: object, path: str, line: int, c: Checker) -> str | None:
-    if isinstance(value, str) and URL.fullmatch(value) and usable(value):
-        return value.rstrip("/")
-    got = describe(value)
-    if isinstance(value, str) and value.count("://") > 1:
-        got += " (several URLs are written as a YAML list)"
-    c.report(path, "an http:// or https:// URL", got, line)
-    return None
 
 
 def _policy(doc: LineDict, c: Checker) -> Policy | None:

@@ -142,13 +142,11 @@ def render_user_data(
 
 
 def _check_controller_url(url: str, plain_http: bool) -> None:
-    import urllib.parse
-
     from xce_agent.config.agent import loopback_url
-    from xce_protocol.replicas import URL
+    from xce_protocol.url_list import URL, usable
 
-    # The agent's own rule (xce_protocol.replicas.URL) and a host: else it could never join.
-    if not URL.fullmatch(url) or not urllib.parse.urlsplit(url).hostname:
+    # The agent's own rule (xce_protocol/url_list.py): else it could never join.
+    if not URL.fullmatch(url) or not usable(url):
         raise UsageError(f"--controller-url: expected an http:// or https:// URL, got {url!r}")
     if url.startswith("http://") and not plain_http and not loopback_url(url):
         raise UsageError(

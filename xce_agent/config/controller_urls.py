@@ -12,37 +12,29 @@ from __future__ import annotations
 import ipaddress
 import urllib.parse
 
-from xce_protocol.replicas import MAX_URLS, URL, usable
+from xce_protocol import url_list
+from xce_protocol.url_list import URL
 from xce_protocol.validation import Checker, describe
-from xce_protocol.yamlsource import LineDict, LineList
-
-EXPECTED = "an http:// or https:// URL"
-_KEY = "controller.url"
+from xce_protocol.yamlsource import LineDict
 
 
 def parse_urls(node: LineDict, c: Checker) -> tuple[str, ...] | None:
     """The configured URLs (trailing / removed), or None after reporting every problem."""
-    if "url" not in node:
-        c.report(_KEY, f"{EXPECTED} or a list of them", "nothing", node.line)
-        return None
-    value = node["url"]
-    plain = _plain_http(node, c)
-    if not isinstance(value, LineList):
-        one = _entry(value, _KEY, c.line_of(node, "url"), plain, c)
-        return None if one is None else (one,)
-    line = c.line_of(node, "url")
-    if not 1 <= len(value) <= MAX_URLS:
-        c.report(_KEY, f"a list of 1 to {MAX_URLS} URLs", f"{len(value)} entries", line)
-        return None
-    urls = [_entry(v, f"{_KEY}[{i}]", value.item_lines[i], plain, c) for i, v in enumerate(value)]
-    if any(u is None for u in urls):
-        return None
-    found = tuple(u for u in urls if u is not None)
-    for index, url in enumerate(found):
-        if url in found[:index]:
-            c.report(f"{_KEY}[{index}]", "a URL not listed before", describe(url), line)
-            return None
-    return found
+    plain = _plain_http(node, c) if "url" in node else None
+
+    def allowed(url: str, path: str, line: int) -> bool:
+        if plain is None:  # reported already (or no url: reported as missing)
+            return False
+        if not (url.startswith("https://") or plain or loopback_url(url)):
+            # Join tokens and host credentials travel in the clear over http: only to
+            # loopback, or when the config says so with `plain_http: true` (a private
+            # network, a test rig).
+            expected = "an https:// URL (http:// only to loopback, or with plain_http: true)"
+            c.report(path, expected, describe(url), line)
+            return False
+        return True
+
+    return url_list.parse(node, c, allowed)
 
 
 def _plain_http(node: LineDict, c: Checker) -> bool | None:
@@ -53,24 +45,6 @@ def _plain_http(node: LineDict, c: Checker) -> bool | None:
         )
         return None
     return plain
-
-
-def _entry(value: object, path: str, line: int, plain: bool | None, c: Checker) -> str | None:
-    if not isinstance(value, str) or not URL.fullmatch(value) or not usable(value):
-        got = describe(value)
-        if isinstance(value, str) and value.count("://") > 1:
-            got += " (several URLs are written as a YAML list)"
-        c.report(path, EXPECTED, got, line)
-        return None
-    if plain is None:  # reported already
-        return None
-    if not (value.startswith("https://") or plain or loopback_url(value)):
-        # Join tokens and host credentials travel in the clear over http: only to loopback,
-        # or when the config says so with `plain_http: true` (a private network, a test rig).
-        expected = "an https:// URL (http:// only to loopback, or with plain_http: true)"
-        c.report(path, expected, describe(value), line)
-        return None
-    return value.rstrip("/")
 
 
 def loopback_url(url: str) -> bool:

@@ -10,7 +10,6 @@ exactly the hosts and jobs copied, which must be the source's. The source is onl
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -38,8 +37,9 @@ def migrate(db: str) -> None:
             PgStore(db, migrate=True, explicit=True).close()
         else:
             from xce_controller.store.sqlite import SCHEMA_VERSION, Store
+            from xce_controller.store.sqlite_source import schema_version
 
-            before = _sqlite_version(Path(db))
+            before = schema_version(Path(db))
             Store(Path(db)).close()
     except (StorageUnavailable, SchemaTooNew, sqlite3.Error) as exc:
         raise XceError(f"{describe(db)}: {exc}") from exc
@@ -68,19 +68,6 @@ def sqlite_file(db: str, verb: str) -> Path:
             f"{PG_INSTEAD[verb]} (docs/operations.md, Backup and restore)"
         )
     return Path(db)
-
-
-def _sqlite_version(path: Path) -> int:
-    """The schema version of the SQLite store at `path` (user_version 0 is version 1); 0
-    when there is none yet. Read only: a file that is not a store is left as it is."""
-    if not path.exists():
-        return 0
-    with contextlib.closing(
-        sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    ) as conn:
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'facts'").fetchone():
-            return 0
-        return max(1, int(conn.execute("PRAGMA user_version").fetchone()[0]))
 
 
 def _pg_version(db: str) -> int:

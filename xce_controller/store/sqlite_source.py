@@ -64,6 +64,22 @@ def snapshot(db: Path, into: Path) -> None:
         source.close()
 
 
+def schema_version(db: Path) -> int:
+    """The schema version of the store at `db` (user_version 0 is version 1), reading `db`
+    only; 0 when there is none yet (no file, or not the store's tables)."""
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(_read_only_uri(db), uri=True, isolation_level=None)
+    try:
+        found = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        if any(t not in found for t in TABLES):
+            return 0
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        return max(1, int(version))
+    finally:
+        conn.close()
+
+
 def _read_only_uri(db: Path) -> str:
     """A store stopped cleanly is one file (the last connection removes its -wal): read it
     as immutable, so that not even SQLite's side files appear beside it. A -wal left by a
