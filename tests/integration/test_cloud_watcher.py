@@ -299,7 +299,11 @@ def raw_server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
         yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     finally:
         stop.set()
+        # close() alone leaves a thread blocked in accept() listening, into a later test.
+        with suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
+        thread.join(timeout=5)
 
 
 def drip(conn: socket.socket) -> None:

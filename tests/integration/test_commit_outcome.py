@@ -43,17 +43,23 @@ class MuteProxy:
         self._sockets: list[socket.socket] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while True:
             try:
                 client, _ = self._listener.accept()
-            except OSError:
+            except OSError:  # close() shut the listener down
                 return
             server = socket.socket(socket.AF_UNIX)
             self._sockets += [client, server]
-            server.connect(self.server_socket)
+            try:
+                server.connect(self.server_socket)
+            except OSError:  # the database is gone: refused, as a dead server's port is
+                client.close()
+                server.close()
+                continue
             threading.Thread(target=self._up, args=(client, server), daemon=True).start()
             threading.Thread(target=self._down, args=(server, client), daemon=True).start()
 
@@ -77,7 +83,13 @@ class MuteProxy:
             server.close()
 
     def close(self) -> None:
+        # Closing a listening socket does not wake a thread blocked in accept() on Linux:
+        # the port would go on accepting into a later test. shutdown() does wake it.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
+        self._acceptor.join(timeout=5)
+        assert not self._acceptor.is_alive(), "the proxy still accepts after close()"
         for sock in self._sockets:
             sock.close()
 

@@ -286,8 +286,8 @@ def test_http_probe_follows_the_status_code() -> None:
         # Generous timeouts: the probe's own deadline is not what this test measures.
         ok = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/healthz", timeout=10))
         bad = run_probe(ProbeSpec(ProbeKind.HTTP, url=f"{base}/other", timeout=10))
-        assert ok == (True, "http probe got status 200")
-        assert bad == (False, "http probe got status 503")
+        assert ok == (True, "http probe got status 200"), ok
+        assert bad == (False, "http probe got status 503"), bad
     finally:
         server.shutdown()
         server.server_close()
@@ -299,6 +299,40 @@ def test_http_probe_follows_the_status_code() -> None:
             ProbeSpec(ProbeKind.HTTP, url=f"http://127.0.0.1:{held.getsockname()[1]}", timeout=1)
         )
     assert gone[0] is False and gone[1].startswith("http probe failed"), gone
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b"ZZHTTP/1.0 200 OK\r\n\r\n", "BadStatusLine: ZZHTTP/1.0 200 OK\\r\\n"),
+        (b"HTTP/1.0 2\x1b[2J0 OK\r\n\r\n", "BadStatusLine: HTTP/1.0 2\\x1b[2J0 OK\\r\\n"),
+        (b"HTTP/1.0 " + b"9" * 70000 + b"\r\n", "LineTooLong: got more than 65536 bytes when"),
+    ],
+    ids=["prefixed", "escape", "endless"],
+)
+def test_a_garbled_http_answer_fails_the_probe_on_one_printable_line(
+    answer: bytes, said: str
+) -> None:
+    import threading
+
+    asked = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                asked.set()  # the probe's request arrived: the answer below is what it read
+                with contextlib.suppress(OSError):
+                    conn.sendall(answer)
+
+        threading.Thread(target=serve, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/healthz"
+        ok, detail = run_probe(ProbeSpec(ProbeKind.HTTP, url=url, timeout=10))
+    assert asked.is_set()
+    assert ok is False
+    assert detail.startswith(f"http probe failed: {said}"), detail
+    assert detail.isprintable() and len(detail) <= len("http probe failed: ") + 160, detail
 
 
 def test_a_removed_component_added_back_runs_again(make: Callable[..., Harness]) -> None:

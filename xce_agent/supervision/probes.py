@@ -18,6 +18,8 @@ import urllib.request
 from xce_agent.supervision.process import credentials
 from xce_agent.supervision.spec import ProbeKind, ProbeSpec
 
+DETAIL_MAX = 160  # characters of a failed probe's detail: what the server said is not trusted
+
 
 def run_probe(probe: ProbeSpec) -> tuple[bool, str]:
     """(ok, detail) for one probe attempt."""
@@ -76,5 +78,15 @@ def _http(probe: ProbeSpec) -> tuple[bool, str]:
         status = exc.code
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
         # A garbled answer (another server on a reused port, a half-dead one) fails the probe too.
-        return False, f"http probe failed: {getattr(exc, 'reason', exc) or type(exc).__name__}"
+        return False, f"http probe failed: {_said(getattr(exc, 'reason', exc))}"
     return 200 <= status < 400, f"http probe got status {status}"
+
+
+def _said(reason: object) -> str:
+    """What went wrong, on one line: a garbled status line is the server's own bytes (line
+    breaks, control characters), and this detail ends up in the log and the component's reason."""
+    text = str(reason)
+    if isinstance(reason, BaseException):
+        text = f"{type(reason).__name__}: {text}" if text else type(reason).__name__
+    text = repr(text)[1:-1] if not text.isprintable() else text
+    return text if len(text) <= DETAIL_MAX else text[: DETAIL_MAX - 3] + "..."
