@@ -23,7 +23,7 @@ from xce_controller.core.config import ClusterConfig
 from xce_controller.core.model import Cluster, Fact, Host
 from xce_controller.core.timers import Timers
 from xce_controller.stall_watch import TICK, StallWatch, first_look
-from xce_controller.store.base import StaleState, StorageUnavailable
+from xce_controller.store.base import LOCK_PAUSE, LockBusy, StaleState, StorageUnavailable
 
 log = logging.getLogger("xce_controller.service")  # the name operators' filters know
 MAX_SLEEP = 60.0  # re-read the wall clock at least this often (due times are wall-clock)
@@ -147,6 +147,8 @@ class TimerPasses:
             facts = self._due(keys, now)
             if facts:
                 ctl.commit(facts)
+        except LockBusy:
+            retry = LOCK_PAUSE  # the append lock is stuck: tried again in a while (append_gate.py)
         except StaleState:
             retry = 0.0  # another replica moved the log: look again at once, on the new state
         except (StorageUnavailable, asyncio.TimeoutError):

@@ -65,6 +65,12 @@ class ReplicaCollector:
                 "Calls to the store cut at their deadline: the database did not answer.",
                 r.store.deadline_cuts,
             ),
+            (
+                "append_lock_refusals",
+                "Changes refused at once and decided again later: the append lock was held by "
+                "a session that did not go on (a replica stopped in its transaction).",
+                r.store.lock_refusals,
+            ),
         )
         for name, text, value in counters:
             yield CounterMetricFamily(f"xce_controller_replica_{name}", text, value=value)

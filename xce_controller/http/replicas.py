@@ -9,8 +9,12 @@ state, from its buffered body, up to RETRIES times, and answered 503 (retry) pas
 a request whose answer has not started can be run again; a refusal comes before any answer.
 After the first tries, each waits a random while (up to a bound that doubles): replicas
 racing on every change (a burst of joins over all of them) otherwise overtake one another in
-lockstep until one runs out of tries. A database that stops answering holds a request for
-FOLLOW_WAIT at most (replicas.py): it is then answered from memory.
+lockstep until one runs out of tries. A change refused because the append lock is held by a
+session that does not go on (LockBusy, store/append_gate.py) is tried again after a pause of
+LOCK_PAUSE on average, off the loop, for LOCK_RETRY_FOR at most (past the server's idle
+timeout, which frees such a lock), and does not use up the tries. A database that stops
+answering holds a request for FOLLOW_WAIT at most (replicas.py): it is then answered from
+memory.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from xce_controller.service import Controller
-from xce_controller.store.base import StaleState, StorageUnavailable
+from xce_controller.store.base import LOCK_PAUSE, LockBusy, StaleState, StorageUnavailable
 from xce_protocol.protocol import PROTOCOL
 from xce_protocol.reasons import Reason
 
@@ -36,6 +40,7 @@ RETRIES = 20
 IMMEDIATE = 2  # tries run again at once; each later one first waits up to backoff(n)
 BACKOFF_FIRST = 0.005
 BACKOFF_MAX = 0.2
+LOCK_RETRY_FOR = 8.0  # the idle timeout (2 s) and the store's deadline (4 s), with margin
 
 
 def backoff(attempt: int) -> float:
@@ -55,18 +60,32 @@ class CatchUp:
             await self.app(scope, receive, send)
             return
         body = await _buffered(receive)
-        for attempt in range(RETRIES + 1):
+        loop = asyncio.get_running_loop()
+        attempt, locked_until = 0, 0.0
+        while True:
+            outcome = await self._attempt(scope, list(body), receive, send)
+            if outcome is None:
+                return
+            if isinstance(outcome, LockBusy):
+                locked_until = locked_until or loop.time() + LOCK_RETRY_FOR
+                if loop.time() >= locked_until:
+                    break
+                pause = random.uniform(LOCK_PAUSE / 2, LOCK_PAUSE * 1.5)  # noqa: S311 (jitter)
+                await asyncio.sleep(pause)
+                continue
+            attempt += 1
+            if attempt > RETRIES:
+                break
             bound = backoff(attempt)
             if bound:
                 await asyncio.sleep(random.uniform(0, bound))  # noqa: S311 (jitter, no secret)
-            if await self._attempt(scope, list(body), receive, send):
-                return
         await _busy(send)
 
     async def _attempt(
         self, scope: Scope, body: list[Message], receive: Receive, send: Send
-    ) -> bool:
-        """Run the request once on the caught-up state; False if it must run again."""
+    ) -> StaleState | None:
+        """Run the request once on the caught-up state; what refused it if it must run
+        again (None: answered)."""
         assert self.ctl.replica is not None
         started = False
 
@@ -85,11 +104,11 @@ class CatchUp:
             await self.ctl.replica.current()
         try:
             await self.app(scope, replay, sending)
-        except StaleState:
+        except StaleState as refused:
             if started:
                 raise
-            return False
-        return True
+            return refused
+        return None
 
 
 async def _busy(send: Send) -> None:

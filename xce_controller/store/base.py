@@ -40,6 +40,11 @@ class StaleState(Exception):
     on an old state and nothing of it was stored. The caller catches up and decides again."""
 
 
+# Seconds, on average, before a change (or a timer pass) refused with LockBusy is decided
+# again: the lock's holder does not go on, and trying at once would only spin the loop.
+LOCK_PAUSE = 0.1
+
+
 class LockBusy(StaleState):
     """The append lock (or a row's) was not granted within the lock timeout: nothing was
     stored. Decided again after a while, as a stale change is (the state may have moved
@@ -150,6 +155,11 @@ class SharedStore(Store, Protocol):
     @property
     def deadline_cuts(self) -> int:
         """Calls cut at their deadline since start: the database did not answer."""
+
+    @property
+    def lock_refusals(self) -> int:
+        """Changes refused at once since start: the append lock was held by a session that
+        did not go on (append_gate.py)."""
 
     def db_time(self) -> float:
         """The database's clock, seconds since the epoch."""

@@ -24,11 +24,12 @@ CONNECT_TIMEOUT = 5.0
 # answers 503, its change never stored). Far above any pause between a transaction's
 # statements, which are sent back to back.
 IDLE_IN_TRANSACTION = "2s"
-# A wait for a lock past this fails the change (503, retried) instead of holding the replica's
-# event loop, where the commit runs: at most a second, far above any wait for appends queued
-# behind one another (a few milliseconds each), and below the idle timeout, so a replica
-# stopped holding the lock costs others a 503 and a retry, not a stalled loop.
-LOCK_TIMEOUT = "1s"
+# A wait for a lock past this fails the change (decided again) instead of holding the
+# replica's event loop, where the commit runs: half a second, far above any wait for appends
+# queued behind one another (a few milliseconds each), and below the idle timeout. After one
+# such wait the append lock is tried without waiting (append_gate.py), so a replica stopped
+# holding the lock costs each other replica's loop one wait, not one per change.
+LOCK_TIMEOUT = "500ms"
 # The longest a call waits for the server's answer before its connection is cut
 # (pg_deadline.py): above the lock timeout, so a server that answers at all answers first.
 DEADLINE = 4.0

@@ -28,6 +28,7 @@ from xce_controller.core.codec import host_from_json, host_to_json, job_from_jso
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
 from xce_controller.store import pg_copy, pg_schema
+from xce_controller.store.append_gate import AppendGate
 from xce_controller.store.base import (
     FLOOR_ROW,
     LockBusy,
@@ -92,6 +93,7 @@ class PgStore:
         )
         self.pool.open(wait=True, timeout=CONNECT_TIMEOUT)
         self.outage = Outage(self._probe, self.pool.check)
+        self.gate = AppendGate(APPEND_LOCK)
         try:
             self.version = self._schema(migrate, explicit)
         except BaseException:
@@ -231,7 +233,7 @@ class PgStore:
 
     def _append(self, cur: psycopg.Cursor[Any], facts: list[Fact], after: int | None) -> None:
         """Append under the append lock, numbered from the head; then one NOTIFY."""
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
+        self.gate.take(cur)
         cur.execute("SELECT COALESCE(MAX(seq), 0) FROM facts")
         head = one(cur)
         if after is not None and head != after:
@@ -398,6 +400,10 @@ class PgStore:
     @property
     def deadline_cuts(self) -> int:
         return self.watchdog.cuts
+
+    @property
+    def lock_refusals(self) -> int:
+        return self.gate.refused
 
     def db_time(self) -> float:
         """The database's clock, seconds since the epoch."""
