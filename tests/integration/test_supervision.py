@@ -301,6 +301,50 @@ def test_http_probe_follows_the_status_code() -> None:
     assert gone[0] is False and gone[1].startswith("http probe failed"), gone
 
 
+def test_http_probe_asks_the_component_itself_not_a_proxy_nor_a_redirect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hits: dict[str, int] = {"component": 0, "elsewhere": 0}
+
+    def handler(name: str, status: int, location: str = "") -> type[BaseHTTPRequestHandler]:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                hits[name] += 1
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        return Handler
+
+    elsewhere = ThreadingHTTPServer(("127.0.0.1", 0), handler("elsewhere", 200))
+    there = f"http://127.0.0.1:{elsewhere.server_address[1]}"
+    component = ThreadingHTTPServer(("127.0.0.1", 0), handler("component", 302, there + "/"))
+    for server in (elsewhere, component):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A proxy for the way out, as a site's environment may set: the elsewhere server stands
+    # in for it (a proxy would answer for the component; it must not be asked).
+    monkeypatch.setenv("http_proxy", there)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    try:
+        url = f"http://127.0.0.1:{component.server_address[1]}/healthz"
+        got = run_probe(ProbeSpec(ProbeKind.HTTP, url=url, timeout=10))
+    finally:
+        for server in (elsewhere, component):
+            server.shutdown()
+            server.server_close()
+    assert hits == {"component": 1, "elsewhere": 0}, hits
+    assert got == (True, "http probe got status 302"), got
+
+
 @pytest.mark.parametrize(
     ("answer", "said"),
     [

@@ -69,10 +69,23 @@ def _tcp(probe: ProbeSpec) -> tuple[bool, str]:
         return False, f"tcp connect to {probe.host}:{probe.port} failed: {exc.strerror or exc}"
 
 
+class _Unfollowed(urllib.request.HTTPRedirectHandler):
+    """A redirect is the component's answer (a 3xx: alive), not a place to go: followed, it
+    would probe another server, maybe on another host, in the component's name."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+# No proxy from the environment either (an http_proxy meant for the way out): the component
+# is probed where it runs.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _Unfollowed())
+
+
 def _http(probe: ProbeSpec) -> tuple[bool, str]:
     request = urllib.request.Request(probe.url, method="GET")  # noqa: S310 - http(s) checked
     try:
-        with urllib.request.urlopen(request, timeout=probe.timeout) as response:  # noqa: S310
+        with _OPENER.open(request, timeout=probe.timeout) as response:
             status = int(response.status)
     except urllib.error.HTTPError as exc:
         status = exc.code
