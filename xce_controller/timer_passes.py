@@ -148,7 +148,7 @@ class TimerPasses:
             if facts:
                 ctl.commit(facts)
         except LockBusy:
-            retry = LOCK_PAUSE  # the append lock is stuck: tried again in a while (append_gate.py)
+            retry = LOCK_PAUSE  # a lock is stuck: tried again in a while (store/lock_gate.py)
         except StaleState:
             retry = 0.0  # another replica moved the log: look again at once, on the new state
         except (StorageUnavailable, asyncio.TimeoutError):

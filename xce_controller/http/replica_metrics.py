@@ -66,9 +66,10 @@ class ReplicaCollector:
                 r.store.deadline_cuts,
             ),
             (
-                "append_lock_refusals",
-                "Changes refused at once and decided again later: the append lock was held by "
-                "a session that did not go on (a replica stopped in its transaction).",
+                "lock_refusals",
+                "Changes refused at once and decided again later: a lock they need (the append "
+                "lock, a lease's row) was held by a session that did not go on (a replica "
+                "stopped in its transaction).",
                 r.store.lock_refusals,
             ),
         )

@@ -9,8 +9,8 @@ state, from its buffered body, up to RETRIES times, and answered 503 (retry) pas
 a request whose answer has not started can be run again; a refusal comes before any answer.
 After the first tries, each waits a random while (up to a bound that doubles): replicas
 racing on every change (a burst of joins over all of them) otherwise overtake one another in
-lockstep until one runs out of tries. A change refused because the append lock is held by a
-session that does not go on (LockBusy, store/append_gate.py) is tried again after a pause of
+lockstep until one runs out of tries. A change refused because a lock it needs is held by a
+session that does not go on (LockBusy, store/lock_gate.py) is tried again after a pause of
 LOCK_PAUSE on average, off the loop, for LOCK_RETRY_FOR at most (past the server's idle
 timeout, which frees such a lock), and does not use up the tries. A database that stops
 answering holds a request for FOLLOW_WAIT at most (replicas.py): it is then answered from

@@ -158,8 +158,8 @@ class SharedStore(Store, Protocol):
 
     @property
     def lock_refusals(self) -> int:
-        """Changes refused at once since start: the append lock was held by a session that
-        did not go on (append_gate.py)."""
+        """Changes refused at once since start: a lock they need was held by a session that
+        did not go on (lock_gate.py)."""
 
     def db_time(self) -> float:
         """The database's clock, seconds since the epoch."""

@@ -27,8 +27,8 @@ IDLE_IN_TRANSACTION = "2s"
 # A wait for a lock past this fails the change (decided again) instead of holding the
 # replica's event loop, where the commit runs: half a second, far above any wait for appends
 # queued behind one another (a few milliseconds each), and below the idle timeout. After one
-# such wait the append lock is tried without waiting (append_gate.py), so a replica stopped
-# holding the lock costs each other replica's loop one wait, not one per change.
+# such wait the locks are taken as stuck (lock_gate.py), so a replica stopped holding one
+# costs each other replica's loop one wait, not one per change.
 LOCK_TIMEOUT = "500ms"
 # The longest a call waits for the server's answer before its connection is cut
 # (pg_deadline.py): above the lock timeout, so a server that answers at all answers first.

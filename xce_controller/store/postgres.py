@@ -28,7 +28,6 @@ from xce_controller.core.codec import host_from_json, host_to_json, job_from_jso
 from xce_controller.core.facts import apply
 from xce_controller.core.model import Cluster, Fact
 from xce_controller.store import pg_copy, pg_schema
-from xce_controller.store.append_gate import AppendGate
 from xce_controller.store.base import (
     FLOOR_ROW,
     LockBusy,
@@ -38,6 +37,7 @@ from xce_controller.store.base import (
     StorageUnavailable,
 )
 from xce_controller.store.conninfo_text import scrub
+from xce_controller.store.lock_gate import PROBE_SQL, LockGate
 from xce_controller.store.pg_background import Beats, Outage
 from xce_controller.store.pg_connection import (
     CONNECT_TIMEOUT,
@@ -93,7 +93,7 @@ class PgStore:
         )
         self.pool.open(wait=True, timeout=CONNECT_TIMEOUT)
         self.outage = Outage(self._probe, self.pool.check)
-        self.gate = AppendGate(APPEND_LOCK)
+        self.gate = LockGate()
         try:
             self.version = self._schema(migrate, explicit)
         except BaseException:
@@ -110,14 +110,20 @@ class PgStore:
     # --- plumbing -----------------------------------------------------------------------
     @contextmanager
     def _tx(
-        self, read_only: bool = False, alone: bool = False, limit: float | None = DEADLINE
+        self,
+        read_only: bool = False,
+        alone: bool = False,
+        limit: float | None = DEADLINE,
+        gated: bool = False,
     ) -> Iterator[psycopg.Cursor[Any]]:
         """One transaction, its connection cut past `limit` seconds without an answer; any
         database failure as StorageUnavailable after rollback (OutcomeUnknown when the
         connection was lost with the COMMIT in flight). While the database is known
-        unreachable, at once (pg_background.Outage)."""
+        unreachable, at once (pg_background.Outage). `gated`: a change made on the event
+        loop, whose lock waits go through the gate (lock_gate.py)."""
         if self.outage.cause:
             raise StorageUnavailable(self.outage.cause)
+        probing = self.gate.enter() if gated else False
         cut = [False]
         committing = False
         wait = CONNECT_TIMEOUT if limit is None else min(limit, CONNECT_TIMEOUT)
@@ -135,10 +141,16 @@ class PgStore:
                     return
                 with conn.transaction():
                     with conn.cursor() as cur:
+                        if probing:
+                            cur.execute(PROBE_SQL)
                         yield cur
                     committing = True  # what fails from here on is the COMMIT itself
+            if gated:
+                self.gate.went_through(probing)
         except psycopg.Error as exc:
             if exc.sqlstate == LOCK_NOT_AVAILABLE and not committing:
+                if gated:
+                    self.gate.ran_out(probing)
                 raise LockBusy(f"a lock was not granted within {LOCK_TIMEOUT}") from exc
             lost = cut[0] or unreachable(exc)
             cause = f"the database did not answer within {limit:.0f} s" if cut[0] else why(exc)
@@ -233,7 +245,7 @@ class PgStore:
 
     def _append(self, cur: psycopg.Cursor[Any], facts: list[Fact], after: int | None) -> None:
         """Append under the append lock, numbered from the head; then one NOTIFY."""
-        self.gate.take(cur)
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK,))
         cur.execute("SELECT COALESCE(MAX(seq), 0) FROM facts")
         head = one(cur)
         if after is not None and head != after:
@@ -257,7 +269,7 @@ class PgStore:
         done = list(facts)
         host_rows = [(k, json.dumps(host_to_json(cluster.hosts[k]))) for k in sorted(hosts)]
         job_rows = [(i, json.dumps(job_to_json(cluster.jobs[i]))) for i in sorted(jobs)]
-        with self._tx() as cur:
+        with self._tx(gated=True) as cur:
             self._append(cur, done, after)
             cur.executemany(
                 "INSERT INTO hosts (key, data) VALUES (%s, %s) "
@@ -297,7 +309,7 @@ class PgStore:
         gone = [(name,) for name in forgotten]
         if gone:
             lease_rows.append((FLOOR_ROW, json.dumps({"floor": floor})))
-        with self._tx() as cur:
+        with self._tx(gated=True) as cur:
             self._append(cur, list(facts), None)
             cur.executemany("DELETE FROM leases WHERE name = %s", gone)
             cur.executemany(
@@ -315,7 +327,7 @@ class PgStore:
         outcome (its facts and its row, expiry included) in the same transaction: every
         replica then sees one holder and one token. `decide(row, now)` gets the stored row
         (None: never granted) and gives the facts and the new row (None: nothing to write)."""
-        with self._tx() as cur:
+        with self._tx(gated=True) as cur:
             # A placeholder row gives the first grant a row to lock as well.
             cur.execute(
                 "INSERT INTO leases (name, data) VALUES (%s, '{}') ON CONFLICT (name) DO NOTHING",
@@ -410,7 +422,7 @@ class PgStore:
         return float(self._rows("SELECT extract(epoch FROM clock_timestamp())")[0][0])
 
     def save_report(self, key: str, report: dict[str, Any]) -> None:
-        with self._tx() as cur:
+        with self._tx(gated=True) as cur:
             cur.execute(
                 "INSERT INTO reports (key, data) VALUES (%s, %s) "
                 "ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data",

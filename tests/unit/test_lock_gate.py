@@ -1,70 +1,44 @@
-"""The append lock's gate (store/append_gate.py) and the tries of a change it refused
-(http/replicas.py): one wait on the event loop for a stuck lock, then tries without waiting,
-one per PROBE_EVERY, the others refused at once; refused changes tried again after a pause
+"""The lock gate (store/lock_gate.py) and the tries of a change it refused
+(http/replicas.py): one wait on the event loop for a stuck lock, then one probe per
+PROBE_EVERY, the other changes refused at once; refused changes tried again after a pause
 for a bounded time, without using up the tries kept for changes another replica overtook."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import MutableMapping
-from typing import Any, cast
+from typing import Any
 
-import psycopg
 import pytest
 
 from xce_controller.http import replicas
-from xce_controller.store.append_gate import PROBE_EVERY, AppendGate
 from xce_controller.store.base import LockBusy, StaleState
+from xce_controller.store.lock_gate import PROBE_EVERY, LockGate
 
 
-class Cursor:
-    def __init__(self, granted: bool = True, times_out: bool = False) -> None:
-        self.sent: list[str] = []
-        self.granted, self.times_out = granted, times_out
-
-    def execute(self, sql: str, params: Any = ()) -> None:
-        self.sent.append(sql.split("(", maxsplit=1)[0])
-        if self.times_out and "pg_advisory_xact_lock" in sql:
-            raise psycopg.errors.LockNotAvailable("canceling statement due to lock timeout")
-
-    def fetchone(self) -> tuple[bool]:
-        return (self.granted,)
-
-
-def _take(gate: AppendGate, cur: Cursor) -> None:
-    gate.take(cast("psycopg.Cursor[Any]", cur))
-
-
-def _stuck(gate: AppendGate) -> bool:
+def _stuck(gate: LockGate) -> bool:
     return gate.stuck
 
 
-def test_one_wait_runs_out_then_the_lock_is_tried_without_waiting_until_taken() -> None:
+def test_one_wait_runs_out_then_one_probe_at_a_time_until_one_commits() -> None:
     now = [100.0]
-    gate = AppendGate(7, lambda: now[0])
-    cur = Cursor()
-    _take(gate, cur)  # free: the waiting lock, as always
-    assert cur.sent == ["SELECT pg_advisory_xact_lock"] and not _stuck(gate)
-    with pytest.raises(psycopg.errors.LockNotAvailable):
-        _take(gate, Cursor(times_out=True))  # the lock timeout ran out: the store says LockBusy
-    assert _stuck(gate)
-    held = Cursor(granted=False)
-    with pytest.raises(LockBusy):
-        _take(gate, held)
-    assert held.sent == ["SELECT pg_try_advisory_xact_lock"]  # tried, without waiting
-    soon = Cursor()
+    gate = LockGate(lambda: now[0])
+    assert gate.enter() is False  # not stuck: as always
+    gate.went_through(False)
+    gate.ran_out(False)  # a wait ran out: stuck from now on
+    assert _stuck(gate) and gate.refused == 0
+    assert gate.enter() is True  # the first change after it probes
     now[0] += PROBE_EVERY / 2
     with pytest.raises(LockBusy):
-        _take(gate, soon)
-    assert soon.sent == []  # refused at once: not even a round trip
-    assert gate.refused == 2
+        gate.enter()  # the next ones, too soon: refused at once
+    assert gate.refused == 1
+    gate.ran_out(True)  # the probe's short wait ran out too: still stuck
+    assert _stuck(gate) and gate.refused == 2
     now[0] += PROBE_EVERY
-    free = Cursor(granted=True)
-    _take(gate, free)  # the holder let go: taken, and the gate is open again
-    assert free.sent == ["SELECT pg_try_advisory_xact_lock"] and not _stuck(gate)
-    after = Cursor()
-    _take(gate, after)
-    assert after.sent == ["SELECT pg_advisory_xact_lock"]
+    assert gate.enter() is True
+    gate.went_through(True)  # the probe committed: open again
+    assert not _stuck(gate)
+    assert gate.enter() is False
 
 
 class Replica:
