@@ -41,6 +41,9 @@ def test_one_wait_runs_out_then_one_probe_at_a_time_until_one_commits() -> None:
     assert gate.enter() is False
 
 
+LAST_BODY: list[bytes] = []
+
+
 class Replica:
     async def current(self) -> None:
         return None
@@ -70,6 +73,7 @@ def _run(refusals: list[Exception]) -> tuple[int, list[int]]:
 
     catch_up = replicas.CatchUp(app, Ctl())  # type: ignore[arg-type]
     asyncio.run(catch_up({"type": "http"}, receive, send))
+    LAST_BODY[:] = [m.get("body", b"") for m in sent[1:]]
     return int(sent[0]["status"]), ran
 
 
@@ -92,4 +96,5 @@ def test_a_lock_that_stays_stuck_is_answered_busy_after_its_time(
     monkeypatch.setattr(replicas, "LOCK_RETRY_FOR", 0.2)
     status, ran = _run([LockBusy("stuck") for _ in range(1000)])
     assert status == 503
+    assert b"stayed held for 0.2s" in LAST_BODY[0], LAST_BODY
     assert 5 < len(ran) < 60  # about LOCK_RETRY_FOR / LOCK_PAUSE tries, then let go

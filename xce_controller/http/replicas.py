@@ -69,7 +69,8 @@ class CatchUp:
             if isinstance(outcome, LockBusy):
                 locked_until = locked_until or loop.time() + LOCK_RETRY_FOR
                 if loop.time() >= locked_until:
-                    break
+                    await _busy(send, LOCKED.format(LOCK_RETRY_FOR))
+                    return
                 pause = random.uniform(LOCK_PAUSE / 2, LOCK_PAUSE * 1.5)  # noqa: S311 (jitter)
                 await asyncio.sleep(pause)
                 continue
@@ -111,14 +112,19 @@ class CatchUp:
         return None
 
 
-async def _busy(send: Send) -> None:
-    """Every try was overtaken by another replica's change: the client retries later."""
+OVERTAKEN = "other replicas kept changing the state under this change; nothing was changed"
+LOCKED = "a lock this change needs stayed held for {:g}s by a session that does not go on; "
+LOCKED += "nothing was changed"
+
+
+async def _busy(send: Send, message: str = OVERTAKEN) -> None:
+    """Every try was overtaken by another replica's change, or met a stuck lock: the client
+    retries later."""
     text = json.dumps(
         {
             "error": "storage_unavailable",
             "code": Reason.REFUSED_STORAGE_UNAVAILABLE.value,
-            "message": "other replicas kept changing the state under this change; "
-            "nothing was changed",
+            "message": message,
             "protocol": PROTOCOL,
         }
     ).encode()
