@@ -91,6 +91,10 @@ class MuteProxy:
         self._acceptor.join(timeout=5)
         assert not self._acceptor.is_alive(), "the proxy still accepts after close()"
         for sock in self._sockets:
+            # shutdown() first for the same reason: a thread blocked in recv() on a socket
+            # only closed keeps it open, and the peer (a store's connection) never hears.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
 
