@@ -65,6 +65,19 @@ def call(
     )
 
 
+def join(url: str, name: str) -> str:
+    """Join host `name` through `url`: its credential."""
+    r = call(url, "POST", "/v1/join", {"host": name, "boot_id": "b1"}, JOIN_TOKEN)
+    assert r.status_code == 200, r.text
+    return str(r.json()["credential"])
+
+
+def metric(url: str, name: str) -> float:
+    """The value of the first series of metric `name` a replica serves."""
+    text = call(url, "GET", "/metrics").text
+    return float(next(ln for ln in text.splitlines() if ln.startswith(name)).split()[-1])
+
+
 def stored_drains(dsn: str) -> Counter[str]:
     """How many drains the store recorded for each host ("host:NAME"), once the whole
     history it holds was checked sound (history_checker)."""

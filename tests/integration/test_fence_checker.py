@@ -30,7 +30,7 @@ import requests
 
 from tests.integration import fence_checker
 from tests.integration.fence_checker import Outcome, write_id
-from tests.integration.replica_set import ADMIN_TOKEN, JOIN_TOKEN, Replicas, call
+from tests.integration.replica_set import ADMIN_TOKEN, Replicas, join
 from xce_controller.core.model import Fact
 from xce_controller.store.open import open_store
 
@@ -149,11 +149,7 @@ def test_no_write_under_a_lost_grant_is_stored_whatever_the_faults(
     seed = int(os.environ.get("XCE_FENCE_SEED", str(random.SystemRandom().randrange(10**6))))
     rng = random.Random(seed)  # noqa: S311 (a schedule, no secret)
     tally = Tally()
-    creds = {}
-    for name in ACTORS:
-        r = call(two.urls[0], "POST", "/v1/join", {"host": name, "boot_id": "b1"}, JOIN_TOKEN)
-        assert r.status_code == 200, r.text
-        creds[name] = str(r.json()["credential"])
+    creds = {name: join(two.urls[0], name) for name in ACTORS}
     until = time.monotonic() + SECONDS
     writers = [Writer(n, creds[n], two.urls, _child(rng), tally) for n in ACTORS]
     threads = [threading.Thread(target=w.run, args=(until,)) for w in writers]

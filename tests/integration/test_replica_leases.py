@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.integration.replica_set import JOIN_TOKEN, Replicas, call
+from tests.integration.replica_set import Replicas, call, join
 from xce_controller.clock import SharedClock
 from xce_controller.lease_desk import LeaseDesk
 from xce_controller.store.open import open_store
@@ -26,12 +26,6 @@ def two(tmp_path: Path, pg_dsn: str) -> Iterator[Replicas]:
     replicas = Replicas(tmp_path, pg_dsn, 2).start()
     yield replicas
     replicas.stop()
-
-
-def join(url: str, name: str) -> str:
-    r = call(url, "POST", "/v1/join", {"host": name, "boot_id": "b1"}, JOIN_TOKEN)
-    assert r.status_code == 200, r.text
-    return str(r.json()["credential"])
 
 
 def take(url: str, cred: str, host: str, lease: str = "prov") -> requests.Response:

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from tests.integration.helpers import wait_for
-from tests.integration.replica_set import CONFIG, JOIN_TOKEN, Replicas, call
+from tests.integration.replica_set import CONFIG, Replicas, call, join, metric
 from xce_controller.store.open import open_store
 from xce_controller.store.postgres import APPEND_LOCK
 
@@ -31,17 +31,6 @@ QUIET = CONFIG.replace("host_loss_grace: 4s", "host_loss_grace: 10m")
 CHANGES = 8  # without the gate, 8 waits of the 0.5 s lock timeout in turn: 4 s of loop
 HOLD = 4.0
 SLOWEST_BEAT = 1.5  # one lock wait (0.5 s), and margin for a loaded machine
-
-
-def _metric(url: str, name: str) -> float:
-    text = call(url, "GET", "/metrics").text
-    return float(next(ln for ln in text.splitlines() if ln.startswith(name)).split()[-1])
-
-
-def _join(url: str, name: str) -> str:
-    r = call(url, "POST", "/v1/join", {"host": name}, JOIN_TOKEN)
-    assert r.status_code == 200, r.text
-    return str(r.json()["credential"])
 
 
 def _lease(url: str, host: str, cred: str) -> requests.Response:
@@ -57,8 +46,8 @@ def _expects(url: str) -> tuple[str, Callable[[int], int], int]:
 
 
 def _lease_asks(url: str) -> tuple[str, Callable[[int], int], int]:
-    assert _lease(url, "h0", _join(url, "h0")).status_code == 200
-    creds = {n: _join(url, f"l{n}") for n in range(CHANGES)}
+    assert _lease(url, "h0", join(url, "h0")).status_code == 200
+    creds = {n: join(url, f"l{n}") for n in range(CHANGES)}
 
     def change(n: int) -> int:
         return _lease(url, f"l{n}", creds[n]).status_code  # held by h0: 409 once decided
@@ -74,7 +63,7 @@ def test_changes_behind_a_stuck_lock_hold_the_loop_once(
     (url,) = replicas.urls
     holder = psycopg.connect(pg_dsn, autocommit=True)
     try:
-        cred = _join(url, "beater")
+        cred = join(url, "beater")
         lock, change, answer = case(url)
         holder.execute("BEGIN")
         holder.execute(lock)
@@ -97,7 +86,7 @@ def test_changes_behind_a_stuck_lock_hold_the_loop_once(
             thread.start()
         try:
             # The input arrived: changes met the held lock and were refused at once.
-            wait_for(lambda: _metric(url, "xce_controller_replica_lock_refusals_total") >= 8, 30)
+            wait_for(lambda: metric(url, "xce_controller_replica_lock_refusals_total") >= 8, 30)
             threads[0].join(HOLD + 30)
             assert not decided, f"a change was answered while the lock was held: {decided}"
         finally:

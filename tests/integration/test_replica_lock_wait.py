@@ -14,17 +14,12 @@ from pathlib import Path
 import psycopg
 
 from tests.integration.helpers import wait_for
-from tests.integration.replica_set import CONFIG, JOIN_TOKEN, Replicas, call
+from tests.integration.replica_set import CONFIG, JOIN_TOKEN, Replicas, call, metric
 from xce_controller.store.postgres import APPEND_LOCK
 
 QUIET = CONFIG.replace("host_loss_grace: 4s", "host_loss_grace: 10m")
 READERS = 4
 LOCK_WAITS = 3  # the change waits out the lock timeout this many times before it is let go
-
-
-def _metric(url: str, name: str) -> float:
-    text = call(url, "GET", "/metrics").text
-    return float(next(ln for ln in text.splitlines() if ln.startswith(name)).split()[-1])
 
 
 def test_a_change_waiting_for_a_lock_is_not_taken_for_the_database_away(
@@ -57,7 +52,7 @@ def test_a_change_waiting_for_a_lock_is_not_taken_for_the_database_away(
             # The input arrived: the change was refused for the lock (and decided again) that
             # often, each time after holding the loop for the whole lock timeout.
             stale = "xce_controller_replica_stale_changes_total"
-            wait_for(lambda: _metric(url, stale) >= LOCK_WAITS or decided, 60)
+            wait_for(lambda: metric(url, stale) >= LOCK_WAITS or decided, 60)
             assert not decided, f"the change was answered while the lock was held: {decided}"
         finally:
             holder.execute("COMMIT")

@@ -17,7 +17,7 @@ from pathlib import Path
 import requests
 
 from tests.integration.controller_proc import ControllerProcess
-from tests.integration.replica_set import CONFIG, JOIN_TOKEN, call
+from tests.integration.replica_set import CONFIG, call, join
 from xce_controller.store.open import open_store
 from xce_controller.store.postgres import PgStore
 from xce_controller.store.sqlite import Store
@@ -104,12 +104,6 @@ def store_of(root: Path) -> Path:
     finally:
         ctl.stop()
     return ctl.db
-
-
-def join(url: str, host: str) -> str:
-    r = call(url, "POST", "/v1/join", {"host": host, "boot_id": "b1"}, JOIN_TOKEN)
-    assert r.status_code == 200, r.text
-    return str(r.json()["credential"])
 
 
 def take(url: str, cred: str, host: str, lease: str, ttl: float) -> requests.Response:

@@ -113,8 +113,10 @@ class CatchUp:
 
 
 OVERTAKEN = "other replicas kept changing the state under this change; nothing was changed"
-LOCKED = "a lock this change needs stayed held for {:g}s by a session that does not go on; "
-LOCKED += "nothing was changed"
+LOCKED = (
+    "a lock this change needs stayed held for {:g}s by a session that does not go on; "
+    "nothing was changed"
+)
 
 
 async def _busy(send: Send, message: str = OVERTAKEN) -> None:
